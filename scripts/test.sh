@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): lint, then the suite on verl 0.9.0, then the
+# version-specific tests with verl 0.9.1 swapped in; verl 0.9.0 is restored at the end.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+ensure_venv
+cd "$ROOT"
+"$VENV/bin/ruff" check .
+"$VENV/bin/verl-ascend" catalogue --check docs/patches.md
+
+status=0
+use_verl 0.9.0
+"$PY" -m pytest -q -m "not verl091" "$@" || status=$?
+use_verl 0.9.1
+"$PY" -m pytest -q -m "verl091 or anyverl" "$@" || status=$?
+use_verl 0.9.0
+exit $status

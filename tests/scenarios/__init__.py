@@ -1,0 +1,1 @@
+"""Scripts the tests run in fresh interpreters; each prints one JSON line of observations."""

@@ -1,0 +1,88 @@
+"""Discovery: what verl's and vLLM's entry points run in every process of a training job.
+
+``activate`` runs once per process whatever the number of loads (verl plugin, vLLM plugin, API):
+it reads the gates and the kill switch, records each patch's status and registers lazy post-import
+hooks. It imports only this package, pluggy, wrapt and packaging: never vLLM, vLLM-Ascend,
+torch_npu, Megatron, Ray or transformers. Because verl logs plugin failures at DEBUG, everything a
+user must know is logged here at WARNING or above.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import wrapt
+
+from .features import registry
+from .patching.engine import PatchRefusedError, record_status, switched_off
+from .patching.gates import GateValueError, disabled_patch_ids
+from .patching.lazy import install
+from .patching.record import PatchStatus, Status
+
+logger = logging.getLogger("verl_ascend_ext")
+
+_lock = threading.Lock()
+_loaded_by: list[str] = []
+
+
+def loaded_by() -> tuple[str, ...]:
+    """Who asked this process to boot the plugin, in order (first one did the work)."""
+    return tuple(_loaded_by)
+
+
+def _report(source: str):
+    def report(module_name: str, results: list[PatchStatus]) -> None:
+        notable = [r for r in results if r.status in (Status.APPLIED, Status.REFUSED)]
+        line = "; ".join(f"{r.id}: {r.status}" for r in results)
+        level = logging.WARNING if notable else logging.INFO
+        logger.log(level, "verl-ascend-ext (pid %d, loaded by %s) on import of %s: %s",
+                   os.getpid(), source, module_name, line)
+
+    return report
+
+
+def activate(source: str = "api") -> None:
+    """Boot the plugin in this process (idempotent). Raises GateValueError on bad env values."""
+    with _lock:
+        _loaded_by.append(source)
+        if len(_loaded_by) > 1:
+            return
+        try:
+            _boot(source)
+        except BaseException:
+            _loaded_by.clear()  # a failed boot may be retried after the user fixes the environment
+            raise
+
+
+def _boot(source: str) -> None:
+    reg = registry()
+    for gate in reg.gates:
+        gate.read()  # fail on a bad value now, naming the variable, not at first import of a target
+    disabled = disabled_patch_ids(r.id for r in reg.records)
+    active = []
+    for record in reg.records:
+        off = switched_off(record, disabled, os.environ)
+        if off is not None:
+            record_status(off)
+            continue
+        record_status(PatchStatus(record.id, record.target, Status.PENDING, f"waiting for import of {record.module}"))
+        active.append(record)
+    install(active, _report(source))
+    for module_name, callback in reg.import_hooks:
+        wrapt.register_post_import_hook(callback, module_name)
+
+
+def activate_or_exit(source: str) -> None:
+    """``activate`` for loaders that swallow exceptions (verl logs them at DEBUG): stop the process loudly."""
+    try:
+        activate(source)
+    except (GateValueError, PatchRefusedError) as err:
+        logger.error("%s", err)
+        raise SystemExit(f"verl-ascend-ext: {err}") from err
+
+
+def vllm_plugin() -> None:
+    """The ``vllm.general_plugins`` entry point: vLLM calls it in every vLLM process."""
+    activate("vllm")

@@ -1,0 +1,40 @@
+"""The patch catalogue (docs/patches.md), generated from the patch records so it cannot drift."""
+
+from __future__ import annotations
+
+from .features import registry
+
+HEADER = """# Patch catalogue
+
+Generated from the patch records by `verl-ascend catalogue`; do not edit by hand
+(`tests/test_catalogue.py` fails when this file is stale). Each patch applies only when its gate is
+on, `VERL_ASCEND_EXT_DISABLE` does not name it, and its target's code is recognised; otherwise it
+stands down (`fixed-upstream`, `already-applied`) or refuses loudly. `verl-ascend doctor` shows
+what each patch will do on an install.
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render() -> str:
+    lines = [HEADER]
+    for record in sorted(registry().records, key=lambda r: (r.feature, r.id)):
+        lines += [
+            f"## `{record.id}` ({record.feature})",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| why | {_cell(record.why)} |",
+            f"| target | `{record.target}` ({record.distribution} {record.versions}) |",
+            f"| gate | `{record.gate}` |",
+            f"| patches code that | {_cell(record.original.description)} |",
+            f"| stands down when | {_cell(record.fixed.description)}"
+            + (f"; or marker `{'`, `'.join(record.foreign_markers)}` present" if record.foreign_markers else "")
+            + " |",
+            f"| upstream | {_cell(record.upstream)} |",
+            f"| remove when | {_cell(record.remove_when)} |",
+            "",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""`verl-ascend doctor`: what will happen on this install, predicted without importing torch or verl.
+
+Reads package metadata, entry points, environment variables and installed source files only, so it
+runs in well under a second on a CPU login node and predicts what the NPU nodes will do.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .features import plugin_manager, registry
+from .patching.engine import installed_version, predict
+from .patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids, parse_bool
+from .patching.record import Status
+from .patching.source import find_module_file
+
+DISTRIBUTIONS = ("verl", "vllm", "vllm-ascend", "torch", "torch_npu", "megatron-core", "transformers")
+VERL_ENTRY_POINT = "ascend_ext"
+VLLM_ENTRY_POINT = "verl_ascend_ext"
+PLUGIN_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
+VLLM_PLUGINS_ENV = "VLLM_PLUGINS"
+
+
+def versions() -> dict[str, str]:
+    return {name: installed_version(name) or "not installed" for name in DISTRIBUTIONS}
+
+
+def _has_entry_point(group: str, name: str) -> bool:
+    return any(ep.name == name and ep.value.startswith("verl_ascend_ext")
+               for ep in importlib.metadata.entry_points(group=group))
+
+
+def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Whether verl and vLLM will load this plugin in a process started with ``environ``."""
+    problems: list[str] = []
+    verl_init = find_module_file("verl") if installed_version("verl") else None
+    discovery = bool(verl_init) and '"verl.plugins"' in verl_init.read_text(encoding="utf-8")
+    if not verl_init:
+        problems.append("verl is not installed")
+    elif not discovery:
+        problems.append(f"this verl ({installed_version('verl')}) has no 'verl.plugins' entry-point discovery; "
+                        "use verl >= 0.9.0")
+    registered = _has_entry_point("verl.plugins", VERL_ENTRY_POINT)
+    if not registered:
+        problems.append("entry point verl.plugins:ascend_ext is not registered: reinstall verl-ascend-ext")
+    policy = environ.get(PLUGIN_POLICY_ENV, "auto").strip().lower()
+    allowed = policy == "auto" or (policy != "none" and VERL_ENTRY_POINT in {p.strip() for p in policy.split(",")})
+    if not allowed:
+        problems.append(f"{PLUGIN_POLICY_ENV}={environ.get(PLUGIN_POLICY_ENV)!r} excludes this plugin; "
+                        f"unset it or add '{VERL_ENTRY_POINT}'")
+    verl_loads = discovery and registered and allowed
+
+    vllm_installed = installed_version("vllm") is not None
+    vllm_registered = _has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
+    vllm_allow_raw = environ.get(VLLM_PLUGINS_ENV)
+    vllm_allowed = vllm_allow_raw is None or VLLM_ENTRY_POINT in {p.strip() for p in vllm_allow_raw.split(",")}
+    if vllm_installed and not vllm_allowed:
+        problems.append(f"{VLLM_PLUGINS_ENV}={vllm_allow_raw!r} excludes this plugin; add '{VLLM_ENTRY_POINT}' "
+                        "(and 'ascend') to it")
+    if vllm_installed and not vllm_registered:
+        problems.append("entry point vllm.general_plugins:verl_ascend_ext is not registered: reinstall verl-ascend-ext")
+    return {
+        "verl_discovery": discovery,
+        "verl_entry_point": registered,
+        "verl_policy": policy,
+        "verl_will_load": verl_loads,
+        "vllm_installed": vllm_installed,
+        "vllm_entry_point": vllm_registered,
+        "vllm_will_load": vllm_installed and vllm_registered and vllm_allowed,
+        "features": sorted(name for name, _ in plugin_manager().list_name_plugin() if not name.startswith("_")),
+        "problems": problems,
+    }
+
+
+def gate_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
+    rows = []
+    for gate in registry().gates:
+        raw = environ.get(gate.env)
+        row: dict[str, Any] = {"env": gate.env, "raw": raw, "default": gate.default, "value": gate.default,
+                               "error": None}
+        if raw is not None:
+            try:
+                row["value"] = parse_bool(gate.env, raw)
+            except GateValueError as err:
+                row["value"], row["error"] = None, str(err)
+        rows.append(row)
+    return rows
+
+
+def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
+    """The doctor report and its exit code (0 fine, 1 plugin will not load or a patch is refused, 2 bad input)."""
+    env = dict(os.environ if environ is None else environ)
+    reg = registry()
+    errors: list[str] = []
+    try:
+        disabled = disabled_patch_ids((r.id for r in reg.records), env)
+    except GateValueError as err:
+        errors.append(str(err))
+        disabled = frozenset()
+    gates = gate_report(env)
+    errors += [g["error"] for g in gates if g["error"]]
+    patches = []
+    for record in reg.records:
+        if any(g["env"] == record.gate and g["error"] for g in gates):
+            patches.append({"id": record.id, "target": record.target, "status": "unknown",
+                            "detail": f"{record.gate} has an invalid value", "where": ""})
+            continue
+        patches.append(predict(record, disabled, env).as_dict())
+    findings = [dict(f) for batch in plugin_manager().hook.verl_ascend_ext_doctor_findings(environ=env)
+                for f in batch]
+    plugin = plugin_report(env)
+    report = {
+        "versions": versions(),
+        "plugin": plugin,
+        "gates": gates,
+        "disable": env.get(DISABLE_ENV, ""),
+        "patches": patches,
+        "findings": findings,
+        "errors": errors,
+    }
+    if errors:
+        code = 2
+    elif (not plugin["verl_will_load"] or plugin["problems"]
+          or any(p["status"] == Status.REFUSED.value for p in patches)
+          or any(f.get("status") == "error" for f in findings)):
+        code = 1
+    else:
+        code = 0
+    report["exit_code"] = code
+    return report, code
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*["-" * w for w in widths])]
+    lines += [fmt.format(*[str(c) for c in r]) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    out = ["verl-ascend doctor", "", "Versions"]
+    out.append(_table([[k, v] for k, v in report["versions"].items()], ["package", "version"]))
+    plugin = report["plugin"]
+    out += ["", "Plugin",
+            f"  verl will load it:  {'yes' if plugin['verl_will_load'] else 'NO'} "
+            f"(discovery {'yes' if plugin['verl_discovery'] else 'no'}, entry point "
+            f"{'registered' if plugin['verl_entry_point'] else 'missing'}, "
+            f"{PLUGIN_POLICY_ENV}={plugin['verl_policy']})",
+            f"  vLLM will load it:  {'yes' if plugin['vllm_will_load'] else 'no'}"
+            + ("" if plugin["vllm_installed"] else " (vLLM not installed)"),
+            f"  features:           {', '.join(plugin['features'])}"]
+    out += [f"  problem: {p}" for p in plugin["problems"]]
+    out += ["", "Gates"]
+    out.append(_table([[g["env"], "INVALID" if g["error"] else ("on" if g["value"] else "off"),
+                        "unset" if g["raw"] is None else repr(g["raw"]), "on" if g["default"] else "off"]
+                       for g in report["gates"]], ["variable", "value", "raw", "default"]))
+    out += ["", "Patches (predicted for a process started with this environment)"]
+    out.append(_table([[p["id"], p["status"], p["target"]] for p in report["patches"]], ["id", "status", "target"]))
+    for p in report["patches"]:
+        if p["status"] in ("refused", "unknown"):
+            out.append(f"  {p['id']}: {p['detail']}")
+    if report["findings"]:
+        out += ["", "Checks"]
+        out.append(_table([[f["name"], f["status"], f["detail"]] for f in report["findings"]],
+                          ["check", "status", "detail"]))
+    for err in report["errors"]:
+        out += ["", f"error: {err}"]
+    out += ["", {0: "OK", 1: "PROBLEMS FOUND (exit 1)", 2: "INVALID ENVIRONMENT (exit 2)"}[report["exit_code"]]]
+    return "\n".join(out)
+
+
+def main(as_json: bool = False) -> int:
+    report, code = build_report()
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
+    return code

@@ -1,0 +1,91 @@
+"""The feature registry: loads every feature through pluggy and validates what they declare.
+
+Built once per process and cached. Validation turns declaration mistakes (duplicate patch ids or
+targets, a record whose gate nobody declared) into errors that name the feature at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
+
+import pluggy
+
+from . import hookspecs
+from .patching.engine import set_gate_defaults
+from .patching.gates import Gate
+from .patching.record import PatchRecord
+from .patching.source import split_target
+
+
+class FeatureDeclarationError(RuntimeError):
+    """A feature declared records or gates that contradict each other."""
+
+
+@dataclass(frozen=True)
+class Registry:
+    gates: tuple[Gate, ...]
+    records: tuple[PatchRecord, ...]
+    import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...]
+
+    def record(self, patch_id: str) -> PatchRecord:
+        for record in self.records:
+            if record.id == patch_id:
+                return record
+        raise KeyError(patch_id)
+
+
+def build_plugin_manager(extra_plugins: tuple[object, ...] = ()) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.load_setuptools_entrypoints(hookspecs.FEATURE_GROUP)
+    for plugin in extra_plugins:
+        pm.register(plugin)
+    pm.check_pending()
+    return pm
+
+
+def collect(pm: pluggy.PluginManager) -> Registry:
+    gates: dict[str, Gate] = {}
+    for batch in pm.hook.verl_ascend_ext_gates():
+        for gate in batch:
+            known = gates.get(gate.env)
+            if known is not None and known.default != gate.default:
+                raise FeatureDeclarationError(
+                    f"gate {gate.env} is declared twice with different defaults ({known.default} and {gate.default})"
+                )
+            gates[gate.env] = gate
+    records: dict[str, PatchRecord] = {}
+    targets: dict[str, str] = {}
+    for batch in pm.hook.verl_ascend_ext_patch_records():
+        for record in batch:
+            split_target(record.target)
+            if record.id in records:
+                raise FeatureDeclarationError(f"patch id '{record.id}' is declared twice")
+            if record.target in targets:
+                raise FeatureDeclarationError(
+                    f"patches '{targets[record.target]}' and '{record.id}' both target {record.target}; "
+                    "a target gets one patch"
+                )
+            if record.gate not in gates:
+                raise FeatureDeclarationError(
+                    f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate}, which no feature declares"
+                )
+            records[record.id] = record
+            targets[record.target] = record.id
+    hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
+    set_gate_defaults({g.env: g.default for g in gates.values()})
+    return Registry(tuple(gates.values()), tuple(records.values()), hooks)
+
+
+@lru_cache(maxsize=1)
+def registry() -> Registry:
+    """The validated registry of this process (features loaded from entry points)."""
+    return collect(plugin_manager())
+
+
+@lru_cache(maxsize=1)
+def plugin_manager() -> pluggy.PluginManager:
+    return build_plugin_manager()

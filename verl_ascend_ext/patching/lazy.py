@@ -1,0 +1,34 @@
+"""Lazy application: post-import hooks (wrapt) that apply a module's patches when it is imported.
+
+Nothing here imports a target module. If the module is already imported when the hook is
+registered, wrapt runs the hook at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import ModuleType
+
+import wrapt
+
+from .engine import apply
+from .record import PatchRecord, PatchStatus
+
+
+def install(records: Iterable[PatchRecord], report: Callable[[str, list[PatchStatus]], None]) -> list[str]:
+    """Register one post-import hook per target module; return the module names hooked."""
+    by_module: dict[str, list[PatchRecord]] = {}
+    for record in records:
+        by_module.setdefault(record.module, []).append(record)
+    for module_name, module_records in by_module.items():
+        wrapt.register_post_import_hook(_hook(module_name, tuple(module_records), report), module_name)
+    return list(by_module)
+
+
+def _hook(
+    module_name: str, records: tuple[PatchRecord, ...], report: Callable[[str, list[PatchStatus]], None]
+) -> Callable[[ModuleType], None]:
+    def on_import(_module: ModuleType) -> None:
+        report(module_name, [apply(record) for record in records])
+
+    return on_import

@@ -1,0 +1,111 @@
+"""Patch records: the declared contract of every runtime patch, and the statuses it can end in.
+
+A record says what a patch is for, where it goes, which code it knows how to change, which code
+already carries the fix, and when it can go away. It holds no replacement code itself, only the
+import path of the wrapper, so that declaring a record costs nothing at start-up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .source import split_target
+
+
+class Status(str, Enum):
+    """What happened (in-process) or will happen (static prediction) to one patch."""
+
+    APPLIED = "applied"
+    WILL_APPLY = "will-apply"
+    FIXED_UPSTREAM = "fixed-upstream"
+    ALREADY_APPLIED = "already-applied"
+    GATE_OFF = "gate-off"
+    NOT_INSTALLED = "not-installed"
+    DISABLED = "disabled"
+    REFUSED = "refused"
+    PENDING = "pending"  # in-process only: gate on, hook registered, target module not imported yet
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Recognises a definition by what its normalised source does.
+
+    ``contains``: regular expressions that must all match; ``absent``: none may match. The text
+    searched is ``ast.unparse`` output (single quotes, no comments, no docstring, canonical
+    spacing), so write patterns against that form.
+    """
+
+    contains: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    description: str = ""
+
+    def matches(self, text: str) -> bool:
+        if not self.contains and not self.absent:
+            return False
+        return all(re.search(p, text, re.M) for p in self.contains) and not any(
+            re.search(p, text, re.M) for p in self.absent
+        )
+
+    def explain(self, text: str) -> str:
+        """Which requirement fails on ``text`` (for refusal messages)."""
+        missing = [p for p in self.contains if not re.search(p, text, re.M)]
+        present = [p for p in self.absent if re.search(p, text, re.M)]
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(repr(p) for p in missing))
+        if present:
+            parts.append("unexpected " + ", ".join(repr(p) for p in present))
+        return "; ".join(parts) or "matches"
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    """One runtime patch, declared.
+
+    ``wrapper`` is ``"module:function"`` of a wrapt-style wrapper ``(wrapped, instance, args, kwargs)``,
+    imported only when the patch is applied. ``foreign_markers`` are attribute names other patchers
+    (e.g. verl's in-tree copy of the same fix) set on the object they replaced: seeing one means the
+    fix is in place already and we stand down.
+    """
+
+    id: str
+    feature: str
+    why: str
+    target: str
+    gate: str
+    distribution: str
+    versions: str  # PEP 440 specifier of the releases whose code was read for this record
+    original: Fingerprint
+    fixed: Fingerprint
+    wrapper: str
+    upstream: str
+    remove_when: str
+    foreign_markers: tuple[str, ...] = field(default=())
+
+    @property
+    def module(self) -> str:
+        return split_target(self.target)[0]
+
+    @property
+    def qualname(self) -> str:
+        return split_target(self.target)[1]
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """The status of one patch with the reason, and where the target code was found."""
+
+    id: str
+    target: str
+    status: Status
+    detail: str
+    where: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "target": self.target, "status": self.status.value, "detail": self.detail,
+                "where": self.where}

@@ -1,0 +1,147 @@
+"""Reading code without running it: locate a module's file, extract and normalise one definition.
+
+The same extraction serves two callers, so that a prediction and the real thing cannot disagree:
+- statically (doctor, on a login node): the target is found by walking the installed package tree
+  from the top-level package's location, without importing the package;
+- in-process (when the target module was imported): the file and line come from the live
+  function's code object.
+Normalisation parses the definition and unparses it without its docstring, so comments and
+formatting do not matter, but every statement does. Parsed files are cached by (path, mtime, size).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One function (or class) definition as found in a source file."""
+
+    qualname: str
+    path: str
+    lineno: int
+    text: str  # normalised source (ast.unparse, docstring removed)
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.lineno}"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``"pkg.mod:Qual.name"`` -> ``("pkg.mod", "Qual.name")``."""
+    module, sep, qualname = target.partition(":")
+    if not sep or not module or not qualname:
+        raise ValueError(f"patch target {target!r} must look like 'package.module:Qualified.name'")
+    return module, qualname
+
+
+def find_module_file(module: str) -> Path | None:
+    """Path of ``module``'s source file, found without importing it or its parents.
+
+    Only the top-level package is looked up through the import system (which, for a top-level
+    name, imports nothing); submodules are found by walking its directories.
+    """
+    loaded = sys.modules.get(module)
+    loaded_file = getattr(loaded, "__file__", None)
+    if loaded_file and loaded_file.endswith(".py"):
+        return Path(loaded_file)
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    dirs = [Path(p) for p in (spec.submodule_search_locations or [])]
+    for part in rest[:-1]:
+        dirs = [d / part for d in dirs if (d / part).is_dir()]
+    last = rest[-1]
+    for d in dirs:
+        if (d / f"{last}.py").is_file():
+            return d / f"{last}.py"
+        if (d / last / "__init__.py").is_file():
+            return d / last / "__init__.py"
+    return None
+
+
+def _strip_docstring(node: ast.AST) -> ast.AST:
+    body = getattr(node, "body", None)
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        node.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def _collect(body: list[ast.stmt], prefix: str, out: dict[str, ast.AST]) -> None:
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{node.name}"
+            out.setdefault(name, node)  # first definition wins, like a reader of the file expects
+            if isinstance(node, ast.ClassDef):
+                _collect(node.body, f"{name}.", out)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            nested = [n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt)]
+            nested += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+            _collect(nested, prefix, out)
+
+
+@lru_cache(maxsize=256)
+def _parse_cached(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int, str]]:
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    found: dict[str, ast.AST] = {}
+    _collect(tree.body, "", found)
+    result: dict[str, tuple[int, int, str]] = {}
+    for qualname, node in found.items():
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        text = ast.unparse(_strip_docstring(node))
+        result[qualname] = (node.lineno, first, text)
+    return result
+
+
+def definitions(path: str | os.PathLike[str]) -> dict[str, tuple[int, int, str]]:
+    """All definitions of a file: qualname -> (def line, first decorator line, normalised text)."""
+    p = os.fspath(path)
+    st = os.stat(p)
+    return _parse_cached(p, st.st_mtime_ns, st.st_size)
+
+
+def definition_in_file(path: str | os.PathLike[str], qualname: str) -> Definition | None:
+    entry = definitions(path).get(qualname)
+    if entry is None:
+        return None
+    return Definition(qualname, os.fspath(path), entry[0], entry[2])
+
+
+def definition_of_object(obj: object) -> Definition | None:
+    """The definition of a live function or method, read from the file its code object names."""
+    func = getattr(obj, "__func__", obj)
+    code = getattr(func, "__code__", None)
+    if code is None or not os.path.isfile(code.co_filename):
+        return None
+    qualname = getattr(func, "__qualname__", "")
+    for name, (lineno, first, text) in definitions(code.co_filename).items():
+        if code.co_firstlineno in (lineno, first) and name.rsplit(".", 1)[-1] == func.__name__:
+            return Definition(qualname or name, code.co_filename, lineno, text)
+    return None
+
+
+def clear_cache() -> None:
+    _parse_cached.cache_clear()
