@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by setup.sh and test.sh: create (or reuse) the project's virtual environment.
 # Sourced, not run. Sets VENV and PY. CPU torch 2.13.0 comes from the local wheel pip knows about.
 set -euo pipefail
@@ -15,7 +16,7 @@ ensure_venv() {
     "$PY" -m pip install -q "torch==2.13.0"
   fi
   # verl pins the rest of the stack (ray, transformers, hydra, tensordict); CPU torch stays.
-  "$PY" -m pip install -q "verl==$VERL_BASE_VERSION" -e "$ROOT[test]"
+  "$PY" -m pip install -q "verl==$VERL_BASE_VERSION" -e "${ROOT}[test]"
 }
 
 use_verl() {  # swap the pure-Python verl release in place: its dependencies are the same for 0.9.x

@@ -5,3 +5,4 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 ensure_venv
 "$VENV/bin/verl-ascend" doctor
+"$VENV/bin/verl-ascend" recipe check glm5_2_megatron --no-device

@@ -7,6 +7,7 @@ ensure_venv
 cd "$ROOT"
 "$VENV/bin/ruff" check .
 "$VENV/bin/verl-ascend" catalogue --check docs/patches.md
+scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogniser tests (cached)
 
 status=0
 use_verl 0.9.0

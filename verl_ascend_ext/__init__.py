@@ -23,6 +23,6 @@ def activate() -> None:
 
 def patch_statuses() -> dict[str, PatchStatus]:
     """Status of every registered patch in this process, by patch id."""
-    from .patching.engine import statuses
+    from .patching.status import statuses
 
     return statuses()

@@ -16,10 +16,11 @@ import threading
 import wrapt
 
 from .features import registry
-from .patching.engine import PatchRefusedError, record_status, switched_off
+from .patching.errors import PatchRefusedError
 from .patching.gates import GateValueError, disabled_patch_ids
 from .patching.lazy import install
 from .patching.record import PatchStatus, Status
+from .patching.status import record_status, switched_off
 
 logger = logging.getLogger("verl_ascend_ext")
 

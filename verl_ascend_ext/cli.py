@@ -13,15 +13,26 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
+    from .recipes.cli import add_parser as add_recipe_parser
+
+    add_recipe_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # parse_known_args: argparse loses what follows '--' inside a subcommand; `recipe check` takes it.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "recipe":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "doctor":
         from .doctor import main as doctor_main
 
         return doctor_main(as_json=args.json)
+    if args.command == "recipe":
+        from .recipes.cli import run as recipe_run
+
+        return recipe_run(args, extra)
     if args.command == "catalogue":
         from pathlib import Path
 

@@ -14,10 +14,10 @@ from types import ModuleType
 import pluggy
 
 from . import hookspecs
-from .patching.engine import set_gate_defaults
 from .patching.gates import Gate
 from .patching.record import PatchRecord
 from .patching.source import split_target
+from .patching.status import set_gate_defaults
 
 
 class FeatureDeclarationError(RuntimeError):

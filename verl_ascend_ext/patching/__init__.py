@@ -1,8 +1,28 @@
-"""The patch engine: records, recognisers, statuses, lazy import hooks. See ``engine`` for the contract."""
+"""The patch engine: records, recognisers, statuses, lazy import hooks. See ``engine`` for the contract.
 
-from .engine import PatchRefusedError, apply, predict, statuses, unpatch
+Importing this package loads only the light declarations (records, gates, statuses); the engine
+proper (source reading, wrapping) is loaded on first use of ``apply``/``predict``/``unpatch``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import PatchRefusedError
 from .gates import Gate, GateValueError, parse_bool, parse_bool_env
 from .record import Fingerprint, PatchRecord, PatchStatus, Status
+from .status import statuses
+
+_ENGINE = ("apply", "predict", "unpatch")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ENGINE:
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Fingerprint",

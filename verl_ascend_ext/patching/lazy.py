@@ -11,7 +11,6 @@ from types import ModuleType
 
 import wrapt
 
-from .engine import apply
 from .record import PatchRecord, PatchStatus
 
 
@@ -29,6 +28,8 @@ def _hook(
     module_name: str, records: tuple[PatchRecord, ...], report: Callable[[str, list[PatchStatus]], None]
 ) -> Callable[[ModuleType], None]:
     def on_import(_module: ModuleType) -> None:
+        from .engine import apply  # the engine (source reading, wrapping) loads only when a target is imported
+
         report(module_name, [apply(record) for record in records])
 
     return on_import

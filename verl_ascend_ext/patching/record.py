@@ -43,6 +43,13 @@ class Fingerprint:
     contains: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
     description: str = ""
+    # Cross-definition checks (e.g. a fix that upstream put in the caller of the patched function):
+    # ``at`` is a "module:Qual.name" whose definition this fingerprint reads instead of the patch's own
+    # target (a bare "Qual.name" is read from the same file as the target, inherited methods included);
+    # ``also`` are further fingerprints (each read at its own ``at``) that must match as well.
+    # The engine resolves them from source files (see ``engine.fingerprint_matches``).
+    at: str = ""
+    also: tuple[Fingerprint, ...] = ()
 
     def matches(self, text: str) -> bool:
         if not self.contains and not self.absent:
@@ -61,6 +68,22 @@ class Fingerprint:
         if present:
             parts.append("unexpected " + ", ".join(repr(p) for p in present))
         return "; ".join(parts) or "matches"
+
+
+@dataclass(frozen=True)
+class ForeignCopy:
+    """Another package's copy of a fix (e.g. verl's in-tree one), recognised statically by its source.
+
+    ``target`` ("module:Qual.name") is the function that applies the copy; ``fingerprint`` recognises it;
+    ``enabled_by`` are the values (stripped, lower-case) of the record's gate that switch the copy on
+    (empty: always on). ``predict`` reports ``already-applied`` when such a copy is installed and enabled:
+    whichever copy loads first applies the fix, the other stands down.
+    """
+
+    name: str
+    target: str
+    fingerprint: Fingerprint
+    enabled_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,21 @@ class PatchRecord:
     upstream: str
     remove_when: str
     foreign_markers: tuple[str, ...] = field(default=())
+    # "wrap": wrap the target function with ``wrapper``. "import": the target is a module's top-level
+    # code ("pkg.mod:<module>"); when its original fingerprint is recognised, the engine imports the
+    # module named by ``wrapper`` (a module path, no function), once, and reports its status like a wrap.
+    # "staticmethod": the target is a staticmethod; ``wrapper`` names a module-level function installed as
+    # ``staticmethod(function)`` in its place, so it pickles by reference (e.g. as a multiprocessing spawn
+    # target); the function reaches the original through ``engine.original(record.id)``.
+    action: str = "wrap"
+    # Marker attributes our wrapper answers True to, as class attributes of the wrapper type (the wrapped
+    # function is not touched): another copy of the same fix that checks these markers stands down.
+    exposes_markers: tuple[str, ...] = field(default=())
+    # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
+    # that carries them into spawned processes: it stands down unless one of them is applied.
+    serves: tuple[str, ...] = field(default=())
+    # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
+    foreign_copies: tuple[ForeignCopy, ...] = field(default=())
 
     @property
     def module(self) -> str:

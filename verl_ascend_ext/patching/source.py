@@ -123,15 +123,68 @@ def definitions(path: str | os.PathLike[str]) -> dict[str, tuple[int, int, str]]
     return _parse_cached(p, st.st_mtime_ns, st.st_size)
 
 
-def definition_in_file(path: str | os.PathLike[str], qualname: str) -> Definition | None:
+MODULE_QUALNAME = "<module>"  # the qualname that names a whole module's top-level code (import-action records)
+
+
+@lru_cache(maxsize=64)
+def _module_text_cached(path: str, mtime_ns: int, size: int) -> str:
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    return ast.unparse(_strip_docstring(tree))
+
+
+@lru_cache(maxsize=64)
+def _class_bases_cached(path: str, mtime_ns: int, size: int) -> dict[str, tuple[str, ...]]:
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    return {node.name: tuple(b.id for b in node.bases if isinstance(b, ast.Name))
+            for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def class_bases(path: str | os.PathLike[str]) -> dict[str, tuple[str, ...]]:
+    """Top-level classes of a file -> the names of their bases that are plain names (``class A(B, C)``)."""
+    p = os.fspath(path)
+    st = os.stat(p)
+    return _class_bases_cached(p, st.st_mtime_ns, st.st_size)
+
+
+def definition_in_file(path: str | os.PathLike[str], qualname: str, inherited: bool = False) -> Definition | None:
+    """``qualname``'s normalised definition in ``path``; ``"<module>"`` gives the whole module.
+
+    With ``inherited``, a method ``Class.name`` that ``Class`` does not define itself is looked up in its
+    base classes defined in the same file (depth first, left to right: the MRO for single inheritance),
+    as attribute lookup on the live class would find it; the definition found names its own class.
+    """
+    if qualname == MODULE_QUALNAME:
+        p = os.fspath(path)
+        st = os.stat(p)
+        return Definition(qualname, p, 1, _module_text_cached(p, st.st_mtime_ns, st.st_size))
     entry = definitions(path).get(qualname)
     if entry is None:
+        klass, _, name = qualname.rpartition(".")
+        if not inherited or not klass or "." in klass:
+            return None
+        for base in class_bases(path).get(klass, ()):
+            found = definition_in_file(path, f"{base}.{name}", inherited=True)
+            if found is not None:
+                return found
         return None
     return Definition(qualname, os.fspath(path), entry[0], entry[2])
 
 
 def definition_of_object(obj: object) -> Definition | None:
-    """The definition of a live function or method, read from the file its code object names."""
+    """The definition of a live function or method, read from the file its code object names.
+
+    A decorated function whose outer code is the decorator's (``functools.wraps`` sets ``__wrapped__``,
+    e.g. verl's ``@register``) is followed down its ``__wrapped__`` chain to the function it decorates.
+    """
+    for _ in range(8):
+        found = _definition_of_code(obj)
+        if found is not None or getattr(obj, "__wrapped__", None) is None:
+            return found
+        obj = obj.__wrapped__  # type: ignore[attr-defined]
+    return None
+
+
+def _definition_of_code(obj: object) -> Definition | None:
     func = getattr(obj, "__func__", obj)
     code = getattr(func, "__code__", None)
     if code is None or not os.path.isfile(code.co_filename):
@@ -145,3 +198,5 @@ def definition_of_object(obj: object) -> Definition | None:
 
 def clear_cache() -> None:
     _parse_cached.cache_clear()
+    _module_text_cached.cache_clear()
+    _class_bases_cached.cache_clear()

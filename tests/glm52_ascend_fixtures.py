@@ -1,0 +1,79 @@
+"""Fixtures of the GLM-5.2 vLLM-Ascend tests: the released 0.23.0 sources (from scripts/fetch_vllm_ascend.sh).
+
+The sources are read, never imported (vLLM-Ascend needs an NPU). Static predictions run in a fresh
+interpreter with a source tree first on PYTHONPATH: the engine then finds the vLLM-Ascend modules and
+the wheel's own METADATA there exactly as it finds an installed vLLM-Ascend, so the recogniser code
+under test is the one doctor runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import REPO, last_json, run_python
+
+VERSION = "0.23.0"
+CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+SOURCES = CACHE / "vllm-ascend-src" / VERSION
+PATCHES = REPO / "patches" / "vllm-ascend"
+GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
+KEPT_FILES = (  # keep in sync with scripts/fetch_vllm_ascend.sh
+    "vllm_ascend/utils.py",
+    "vllm_ascend/ops/layernorm.py",
+    "vllm_ascend/attention/sfa_v1.py",
+    "vllm_ascend/attention/context_parallel/sfa_cp.py",
+    "vllm_ascend/device/device_op.py",
+    "vllm_ascend/device_allocator/camem.py",
+    "vllm_ascend/patch/worker/__init__.py",
+    "vllm_ascend/patch/worker/patch_routed_experts_capture.py",
+    f"vllm_ascend-{VERSION}.dist-info/METADATA",
+)
+
+
+def released_sources() -> Path:
+    """The extracted vLLM-Ascend 0.23.0 tree; fails (never skips) when the fetch script has not run."""
+    missing = [f for f in KEPT_FILES if not (SOURCES / f).is_file()]
+    assert not missing, (f"vLLM-Ascend {VERSION} sources missing under {SOURCES}: {missing}. "
+                         "Run scripts/fetch_vllm_ascend.sh (scripts/test.sh does).")
+    return SOURCES
+
+
+def copy_tree(dest: Path) -> Path:
+    shutil.copytree(released_sources(), dest)
+    return dest
+
+
+def mutate(tree: Path, rel: str, old: str, new: str) -> None:
+    """Replace the first occurrence of ``old`` in ``tree/rel`` (which must contain it)."""
+    path = tree / rel
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"mutation anchor not found in {rel}: {old!r}"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def apply_diff(tree: Path, diff: Path) -> None:
+    proc = subprocess.run(["patch", "-p1", "--forward", "-d", str(tree), "-i", str(diff)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, f"{diff.name} does not apply to vLLM-Ascend {VERSION}:\n{proc.stdout}{proc.stderr}"
+
+
+PREDICT = """
+import json
+from verl_ascend_ext.glm52.ascend_feature import RECORDS
+from verl_ascend_ext.patching.engine import installed_version, predict
+out = {"version": installed_version("vllm-ascend")}
+for record in RECORDS:
+    status = predict(record, frozenset(), {"VERL_VLLM_ASCEND_GLM52_PATCH": "1"})
+    out[record.id] = {"status": status.status.value, "detail": status.detail, "where": status.where}
+print(json.dumps(out))
+"""
+
+
+def predict_on(tree: Path) -> dict:
+    """Static predictions of every vLLM-Ascend record, made by a fresh interpreter that finds ``tree``."""
+    out = last_json(run_python(PREDICT, pythonpath=str(tree)).stdout)
+    assert out.pop("version") == VERSION, "the tree's METADATA was not found"
+    return out

@@ -1,0 +1,21 @@
+"""docs/patches.md is generated from the patch records; this fails when it is stale."""
+
+from __future__ import annotations
+
+from conftest import REPO
+
+from verl_ascend_ext.catalogue import render
+from verl_ascend_ext.features import registry
+
+
+def test_catalogue_is_current() -> None:
+    current = (REPO / "docs" / "patches.md").read_text(encoding="utf-8")
+    assert current == render(), "docs/patches.md is stale: run `verl-ascend catalogue > docs/patches.md`"
+
+
+def test_catalogue_lists_every_record_with_its_contract() -> None:
+    text = render()
+    for record in registry().records:
+        section = text.split(f"## `{record.id}`", 1)[1].split("\n## ", 1)[0]
+        for value in (record.target, record.gate, record.upstream, record.remove_when):
+            assert value in section, (record.id, value)

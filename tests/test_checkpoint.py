@@ -1,0 +1,171 @@
+"""Checkpoint feature on real verl: export check on real safetensors files, transformer config saved whole.
+
+Export check, through verl's real MegatronCheckpointManager method.
+
+The Megatron-Bridge object needs CUDA packages, so the scenario (tests/scenarios/checkpoint.py) stands in
+for ``bridge.save_hf_weights`` with a function that writes real safetensors files (and an index) with the
+``safetensors`` package; everything after it — verl's ``_save_model_as_hf_via_bridge`` wrapped by the
+plugin, reading headers, the report, the error — is the real code. Files are hashed right after the
+stand-in wrote them and again after the check.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, last_json
+
+SCENARIO = str(REPO / "tests" / "scenarios" / "checkpoint.py")
+
+
+def run_scenario(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str] | None = None) -> dict:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
+    full.update(env or {})
+    work = tmp_path_factory.mktemp("ckpt")
+    proc = subprocess.run([sys.executable, SCENARIO, str(work)], env=full, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return last_json(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def with_plugin(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_scenario(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def without_plugin(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_scenario(tmp_path_factory, {"VERL_USE_EXTERNAL_PLUGINS": "none"})
+
+
+MTP = ["model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight", "model.layers.2.hnorm.weight",
+       "model.layers.2.self_attn.q_proj.weight"]
+
+
+@pytest.mark.anyverl
+def test_patches_applied(with_plugin: dict) -> None:
+    assert with_plugin["statuses"] == {"checkpoint-export-check": "applied", "checkpoint-config-whole": "applied"}
+    assert with_plugin["export_wrapped"] is True
+
+
+@pytest.mark.anyverl
+def test_glm_mtp_layers_missing_passes(with_plugin: dict) -> None:
+    case = with_plugin["cases"]["mtp_only"]
+    assert case["error"] is None
+    assert case["strict_passed_to_bridge"] is False  # checkpoint.strict stays verl's and reaches the bridge
+    report = case["report"]
+    assert report["ok"] is True and report["missing"] == [] and report["omitted"] == MTP
+    assert report["mode"] == "error" and report["model_type"] == "glm_moe_dsa"
+    assert case["files_untouched"] is True
+    assert "huggingface.export_check.json" not in case["export_files"]  # the report goes beside the export
+
+
+@pytest.mark.anyverl
+def test_missing_normal_layer_is_an_error_naming_it(with_plugin: dict) -> None:
+    case = with_plugin["cases"]["missing_layer"]
+    assert case["error"].startswith("ExportCheckError")
+    assert "model.layers.0.self_attn.q_proj.weight" in case["error"]
+    assert "model.layers.1.mlp.down_proj.weight" in case["error"]
+    assert "model.layers.2." not in case["error"]  # declared omissions are not reported as missing
+    assert case["report"]["missing"] == ["model.layers.0.self_attn.q_proj.weight",
+                                         "model.layers.1.mlp.down_proj.weight"]
+    assert case["files_untouched"] is True
+
+
+@pytest.mark.anyverl
+def test_warn_and_off_modes(with_plugin: dict) -> None:
+    warn = with_plugin["cases"]["missing_layer_warn"]
+    assert warn["error"] is None and warn["report"]["ok"] is False
+    assert warn["report"]["missing"] == ["model.layers.1.mlp.down_proj.weight"] and warn["files_untouched"]
+    off = with_plugin["cases"]["missing_layer_off"]
+    assert off["error"] is None and off["report"] is None and off["files_untouched"]
+
+
+@pytest.mark.anyverl
+def test_extra_names_reported(with_plugin: dict) -> None:
+    case = with_plugin["cases"]["extra"]
+    assert case["error"] is None and case["report"]["extra"] == ["model.vision.unexpected.weight"]
+
+
+@pytest.mark.anyverl
+def test_reference_without_index_is_a_clear_error(with_plugin: dict) -> None:
+    case = with_plugin["cases"]["no_index"]
+    assert case["error"].startswith("ExportCheckError")
+    assert "has no model.safetensors.index.json" in case["error"] and "VERL_ASCEND_EXT_EXPORT_CHECK" in case["error"]
+    assert case["files_untouched"] is True
+    assert with_plugin["cases"]["no_index_warn"]["error"] is None
+
+
+def test_without_plugin_verl_checks_nothing(without_plugin: dict) -> None:
+    assert without_plugin["export_wrapped"] is False
+    assert all(case["error"] is None and case["report"] is None for case in without_plugin["cases"].values())
+
+
+def test_bad_mode_is_an_error_naming_the_variable() -> None:
+    from verl_ascend_ext.checkpoint.export_check import export_check_mode
+    from verl_ascend_ext.patching.gates import GateValueError
+
+    with pytest.raises(GateValueError, match=r"VERL_ASCEND_EXT_EXPORT_CHECK='strict'.*error, warn, off"):
+        export_check_mode({"VERL_ASCEND_EXT_EXPORT_CHECK": "strict"})
+    assert export_check_mode({}) == "error" and export_check_mode({"VERL_ASCEND_EXT_EXPORT_CHECK": " Warn "}) == "warn"
+
+
+def test_doctor_reports_strict_and_mode() -> None:
+    from verl_ascend_ext.checkpoint.feature import verl_ascend_ext_doctor_findings
+
+    findings = {f["name"]: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "x"})}
+    assert findings["checkpoint.strict"]["status"] == "ok" and "default True" in findings["checkpoint.strict"]["detail"]
+    assert findings["export check"]["status"] == "error"
+    ok = {f["name"]: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "warn"})}
+    assert ok["export check"]["detail"] == "VERL_ASCEND_EXT_EXPORT_CHECK=warn"
+
+@pytest.mark.anyverl
+def test_round_trip_keeps_every_field(with_plugin: dict) -> None:
+    config = with_plugin["config"]
+    assert config["vision_config"] == config["vision_config_expected"]
+    assert config["hf_text_config"] == config["hf_text_config_expected"]
+    assert set(config["fields"]) - set(config["saved_keys"]) == {"unserialisable_handle"}
+    assert config["mrope_section"] == [16, 24, 24] and config["freeze_modules"] == ["projector", "vision"]
+    assert config["params_dtype"] == "torch.float32"
+    assert config["activation_func"].endswith("gelu")
+
+
+@pytest.mark.anyverl
+def test_unserialisable_value_named_with_key_path(with_plugin: dict) -> None:
+    assert config_warnings(with_plugin) == [
+        "verl-ascend-ext: 1 value(s) of the transformer config cannot be written to JSON and were left out: "
+        "unserialisable_handle (_thread.lock)"
+    ]
+
+
+def config_warnings(result: dict) -> list[str]:
+    return result["config"]["warnings"]
+
+
+def test_verl_090_alone_drops_nested_configs(without_plugin: dict) -> None:
+    config = without_plugin["config"]
+    assert config["vision_config"] is None and config["hf_text_config"] is None
+    assert {"vision_config", "hf_text_config", "freeze_modules"} <= set(config["fields"]) - set(config["saved_keys"])
+    assert config_warnings(without_plugin) == []
+
+
+def test_nested_key_paths_and_cycles() -> None:
+    import logging
+
+    from verl_ascend_ext.checkpoint.config_json import config_to_json_safe
+
+    loop: dict = {}
+    loop["self"] = loop
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: messages.append(r.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("verl_ascend_ext").addHandler(handler)
+    try:
+        out = config_to_json_safe({"a": {"b": [1, object()]}, "loop": loop, "nan": float("nan")})
+    finally:
+        logging.getLogger("verl_ascend_ext").removeHandler(handler)
+    assert out == {"a": {"b": [1]}, "loop": {}, "nan": "nan"}
+    assert "a.b[1] (builtins.object)" in messages[0] and "loop.self (reference cycle)" in messages[0]

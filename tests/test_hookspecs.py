@@ -1,0 +1,98 @@
+"""Features plug in through pluggy: built-ins and third parties alike; implementations are validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pluggy
+import pytest
+from conftest import last_json, run_python
+
+from verl_ascend_ext.features import FeatureDeclarationError, build_plugin_manager, collect
+from verl_ascend_ext.hookspecs import hookimpl
+from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+
+
+def record(pid: str, target: str, gate: str = "X_GATE") -> PatchRecord:
+    fp = Fingerprint(contains=("x",))
+    return PatchRecord(id=pid, feature="t", why="w", target=target, gate=gate, distribution="d", versions=">=1",
+                       original=fp, fixed=fp, wrapper="m:f", upstream="u", remove_when="r")
+
+
+class Misspelled:
+    @hookimpl
+    def verl_ascend_ext_patch_record(self):  # missing the trailing "s"
+        return []
+
+
+def test_misspelled_hook_is_rejected() -> None:
+    with pytest.raises(pluggy.PluginValidationError, match="verl_ascend_ext_patch_record"):
+        build_plugin_manager((Misspelled(),))
+
+
+def test_hook_with_unknown_argument_is_rejected() -> None:
+    class BadArgs:
+        @hookimpl
+        def verl_ascend_ext_doctor_findings(self, environ, verbose):
+            return []
+
+    with pytest.raises(pluggy.PluginValidationError):
+        build_plugin_manager((BadArgs(),))
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        ([record("a", "m:f"), record("a", "m:g")], "declared twice"),
+        ([record("a", "m:f"), record("b", "m:f")], "both target m:f"),
+        ([record("a", "m:f", gate="NOBODY")], "uses gate NOBODY, which no feature declares"),
+    ],
+)
+def test_contradicting_declarations_are_errors(records: list[PatchRecord], message: str) -> None:
+    class Feature:
+        @hookimpl
+        def verl_ascend_ext_gates(self):
+            return [Gate("X_GATE", False, "test gate")]
+
+        @hookimpl
+        def verl_ascend_ext_patch_records(self):
+            return records
+
+    with pytest.raises(FeatureDeclarationError, match=message):
+        collect(build_plugin_manager((Feature(),)))
+
+
+def test_builtin_features_come_from_the_entry_point_group() -> None:
+    pm = build_plugin_manager()
+    names = {name for name, _ in pm.list_name_plugin()}
+    assert "distillation" in names
+
+
+def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) -> None:
+    """A separately installed distribution (a real .dist-info on sys.path) adds a patch record and a gate."""
+    (tmp_path / "thirdparty_feature.py").write_text(
+        "from verl_ascend_ext.hookspecs import hookimpl\n"
+        "from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord\n"
+        "@hookimpl\n"
+        "def verl_ascend_ext_gates():\n"
+        "    return [Gate('THIRDPARTY_GATE', False, 'third-party gate')]\n"
+        "@hookimpl\n"
+        "def verl_ascend_ext_patch_records():\n"
+        "    fp = Fingerprint(contains=('json',), description='anything')\n"
+        "    return [PatchRecord(id='thirdparty-json', feature='thirdparty', why='demo', target='json:dumps',\n"
+        "                        gate='THIRDPARTY_GATE', distribution='thirdparty', versions='>=1',\n"
+        "                        original=fp, fixed=Fingerprint(), wrapper='thirdparty_feature:wrap',\n"
+        "                        upstream='none', remove_when='never')]\n"
+    )
+    info = tmp_path / "thirdparty-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[verl_ascend_ext.features]\nthirdparty = thirdparty_feature\n")
+    out = last_json(run_python("""
+        import json
+        from verl_ascend_ext.features import registry
+        reg = registry()
+        print(json.dumps({"ids": [r.id for r in reg.records], "gates": [g.env for g in reg.gates]}))
+    """, pythonpath=str(tmp_path)).stdout)
+    assert "thirdparty-json" in out["ids"] and "distill-fsdp2-topk" in out["ids"]
+    assert "THIRDPARTY_GATE" in out["gates"]

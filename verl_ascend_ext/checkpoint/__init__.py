@@ -1,0 +1,1 @@
+"""Checkpoint export safety: export check with declared omissions, transformer config saved whole."""

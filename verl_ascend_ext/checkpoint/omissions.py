@@ -1,0 +1,52 @@
+"""Declared omissions: tensors a model family is known to leave out of its Hugging Face export.
+
+Keyed by Hugging Face ``model_type`` and architecture name (either matches). Each entry says what
+makes a tensor omissible from the model's own ``config.json``, never by a fixed list of names, so
+the same rule covers every size of the family.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Omission:
+    """One family's declared omission: ``matches(name, config)`` is True for a tensor it may lack."""
+
+    family: str
+    model_types: tuple[str, ...]
+    architectures: tuple[str, ...]
+    description: str
+    matches: Callable[[str, Mapping[str, Any]], bool]
+
+
+def mtp_layer(name: str, config: Mapping[str, Any]) -> bool:
+    """``model.layers.<i>.*`` with ``i >= num_hidden_layers``: the multi-token-prediction (next-n) layers."""
+    found = _LAYER.match(name)
+    layers = config.get("num_hidden_layers")
+    return bool(found) and isinstance(layers, int) and int(found.group(1)) >= layers
+
+
+OMISSIONS: tuple[Omission, ...] = (
+    Omission(
+        family="GLM-5.x",
+        model_types=("glm_moe_dsa",),
+        architectures=("GlmMoeDsaForCausalLM",),
+        description="MTP layers: model.layers.<i>.* with i >= num_hidden_layers (unused in RL training; "
+        "transformers itself ignores them on load)",
+        matches=mtp_layer,
+    ),
+)
+
+
+def omissions_for(config: Mapping[str, Any]) -> list[Omission]:
+    """The omissions declared for the model described by a Hugging Face ``config.json``."""
+    model_type = config.get("model_type")
+    architectures = set(config.get("architectures") or ())
+    return [o for o in OMISSIONS if model_type in o.model_types or architectures & set(o.architectures)]

@@ -1,0 +1,233 @@
+"""Feature declaration: the GLM-5.2 vLLM-Ascend 0.23 patch records and their gate (imported at discovery; light).
+
+Every record's fingerprints were written against the normalised source of the vLLM-Ascend 0.23.0
+wheel and are checked in tests on that real source, on mutated copies and with the diffs of
+``patches/vllm-ascend/`` applied. Targets are patched when vLLM-Ascend imports them (post-import
+hooks); nothing here imports vLLM-Ascend, which needs an NPU.
+"""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+from ..patching import Fingerprint, Gate, PatchRecord
+
+GATE = Gate(
+    "VERL_VLLM_ASCEND_GLM52_PATCH",
+    default=False,
+    doc="GLM-5.2 fixes for vLLM / vLLM-Ascend 0.23 rollout (same variable as verl 0.9.1's in-tree copy).",
+)
+
+DISTRIBUTION = "vllm-ascend"
+VERSIONS = ">=0.23.0,<0.23.1"  # 0.23.0 wheel and 0.23.0.post1 sdist: identical targets
+VERL_MARKER = "_verl_vllm_ascend_glm52_patched"  # verl 0.9.1's in-tree copy marks what it replaced
+VERL_CAMEM_MARKER = "_verl_camem_sleep_patched"
+UPSTREAM_GLM52 = "vllm-ascend commit ca0420391 (named by verl 0.9.1's in-tree copy); in no vLLM-Ascend release yet"
+REMOVE_GLM52 = "the minimum supported vLLM-Ascend contains the fix (doctor then reports fixed-upstream)"
+
+SFA_CALLER = "vllm_ascend.attention.sfa_v1:AscendSFAImpl.indexer_select_post_process"
+CP_CALLER = "vllm_ascend.attention.context_parallel.sfa_cp:AscendSFACPImpl.indexer_select_post_process"
+# weights * n_head^-0.5 * head_dim^-0.5 as ast.unparse writes it
+SCALED = r"weights = (weights|kw\[:, self\.head_dim:\]) \* self\.n_head \*\* \(-0\.5\) \* self\.head_dim \*\* \(-0\.5\)"
+ANY_SCALE = r"\*\* \(-0\.5\)"
+
+RMSNORM = PatchRecord(
+    id="glm52-ascend-rmsnorm-add-then-norm",
+    feature="glm52",
+    why="With a residual, AscendRMSNorm uses the fused add-and-norm, which normalises the unrounded sum; training "
+    "rounds the sum first. Add explicitly, then RMS-normalise the sum (bias, when the layer has one, still added).",
+    target="vllm_ascend.ops.layernorm:AscendRMSNorm.forward_oot",
+    gate=GATE.env,
+    distribution=DISTRIBUTION,
+    versions=VERSIONS,
+    original=Fingerprint(
+        contains=(r"if residual is not None:",
+                  r"npu_add_rms_norm_bias\(x, residual, self\.weight, self\.bias, self\.variance_epsilon\)",
+                  r"torch_npu\.npu_add_rms_norm\(x, residual, self\.weight, self\.variance_epsilon\)",
+                  r"return \(x, residual\)"),
+        absent=(r"residual = x \+ residual",),
+        description="residual path through the fused npu_add_rms_norm_bias (custom op) or npu_add_rms_norm "
+        "(+ bias after)",
+    ),
+    fixed=Fingerprint(
+        contains=(r"residual = x \+ residual\n\s+x = torch_npu\.npu_rms_norm\(residual, self\.weight, "
+                  r"(epsilon=)?self\.variance_epsilon\)\[0\]",
+                  r"if self\.bias is not None:\n\s+x(\.add_\(self\.bias\)| = x \+ self\.bias)\n"
+                  r"\s+return \(x, residual\)"),
+        absent=(r"npu_add_rms_norm",),
+        description="residual added explicitly, then npu_rms_norm of the sum, bias added after the norm",
+    ),
+    wrapper="verl_ascend_ext.glm52.ascend_layernorm:add_then_rms_norm",
+    upstream=UPSTREAM_GLM52,
+    remove_when=REMOVE_GLM52,
+    foreign_markers=(VERL_MARKER,),
+)
+
+KV_B_PROJ = PatchRecord(
+    id="glm52-ascend-sfa-keep-kv-b-proj",
+    feature="glm52",
+    why="AscendSFAImpl.process_weights_after_loading disposes kv_b_proj to shape [0]; the next RL weight update "
+    "reloads it and fails the shape check. Keep kv_b_proj alive (only that layer; the others are still disposed).",
+    target="vllm_ascend.attention.sfa_v1:AscendSFAImpl.process_weights_after_loading",
+    gate=GATE.env,
+    distribution=DISTRIBUTION,
+    versions=VERSIONS,
+    original=Fingerprint(
+        contains=(r"kv_b_proj_weight = torch_npu\.npu_format_cast\(self\.kv_b_proj\.weight\.data",
+                  r"self\.W_UV\.copy_\(", r"^    dispose_layer\(self\.kv_b_proj\)$"),
+        description="W_UV/W_UK_T rebuilt from kv_b_proj on every call, then dispose_layer(self.kv_b_proj)",
+    ),
+    fixed=Fingerprint(
+        contains=(r"kv_b_proj_weight = torch_npu\.npu_format_cast\(self\.kv_b_proj\.weight\.data",
+                  r"self\.W_UV\.copy_\("),
+        absent=(r"dispose\w*\(self\.kv_b_proj\b",),
+        description="W_UV/W_UK_T rebuilt from kv_b_proj, which is never disposed",
+    ),
+    wrapper="verl_ascend_ext.glm52.ascend_sfa:keep_kv_b_proj",
+    upstream=UPSTREAM_GLM52,
+    remove_when=REMOVE_GLM52,
+    foreign_markers=(VERL_MARKER,),
+)
+
+
+def _device_operator_record(adaptor: str) -> PatchRecord:
+    return PatchRecord(
+        id=f"glm52-ascend-indexer-scale-{adaptor.removesuffix('DeviceAdaptor').lower()}",
+        feature="glm52",
+        why=f"The SFA lightning indexer needs its weights scaled by n_head^-0.5 * head_dim^-0.5; scale them once on "
+        f"entry to {adaptor}.indexer_select_post_process (the only place sfa_v1 hands them to the NPU kernels).",
+        target=f"vllm_ascend.device.device_op:{adaptor}.indexer_select_post_process",
+        gate=GATE.env,
+        distribution=DISTRIBUTION,
+        versions=VERSIONS,
+        original=Fingerprint(
+            contains=(r"^@staticmethod\ndef indexer_select_post_process\(sfa_impl, q_li: [^\n]*?, q_li_scale: "
+                      r"[^\n]*?, q_li_shape_ori: [^\n]*?, weights: ", r"weights=weights"),
+            absent=(ANY_SCALE,),
+            also=(Fingerprint(
+                at=SFA_CALLER,
+                contains=(r"weights = kw\[:, self\.head_dim:\]\n",
+                          r"return DeviceOperator\.indexer_select_post_process\(self, q_li, q_li_scale, "
+                          r"q_li_shape_ori, weights, "),
+                absent=(ANY_SCALE, r"weights = weights \*"),
+                description="sfa_v1 passes the unscaled weights",
+            ),),
+            description="staticmethod taking weights 5th and passing them to the indexer kernels unscaled, called "
+            "by AscendSFAImpl.indexer_select_post_process with unscaled weights",
+        ),
+        fixed=Fingerprint(
+            at=SFA_CALLER,
+            contains=(SCALED + r"\n[\s\S]*DeviceOperator\.indexer_select_post_process\(self, q_li, q_li_scale, "
+                      r"q_li_shape_ori, weights, ",),
+            description="AscendSFAImpl.indexer_select_post_process scales weights before the DeviceOperator call",
+        ),
+        wrapper="verl_ascend_ext.glm52.ascend_sfa:scale_device_operator_weights",
+        upstream=UPSTREAM_GLM52,
+        remove_when=REMOVE_GLM52,
+        foreign_markers=(VERL_MARKER,),
+    )
+
+
+INDEXER_BASE = _device_operator_record("BaseDeviceAdaptor")  # Ascend310PDeviceAdaptor inherits it
+INDEXER_A5 = _device_operator_record("A5DeviceAdaptor")
+
+INDEXER_CP = PatchRecord(
+    id="glm52-ascend-indexer-scale-cp",
+    feature="glm52",
+    why="The SFA context-parallel path (AscendSFACPImpl) runs the indexer itself, bypassing DeviceOperator, so "
+    "verl's in-tree fix leaves it unscaled. Scale weights by n_head^-0.5 * head_dim^-0.5 on entry to its "
+    "_execute_indexer_select.",
+    target="vllm_ascend.attention.context_parallel.sfa_cp:AscendSFACPImpl._execute_indexer_select",
+    gate=GATE.env,
+    distribution=DISTRIBUTION,
+    versions=VERSIONS,
+    original=Fingerprint(
+        contains=(r"^def _execute_indexer_select\(self, q, key, weights, ", r"weights=weights"),
+        absent=(ANY_SCALE,),
+        also=(Fingerprint(
+            at=CP_CALLER,
+            contains=(r"weights = kw\[:, self\.head_dim:\]\n", r"self\._execute_indexer_select\("),
+            absent=(ANY_SCALE, r"weights = weights \*", r"DeviceOperator\."),
+            description="the CP caller passes unscaled weights and never calls DeviceOperator",
+        ),),
+        description="_execute_indexer_select(self, q, key, weights, ...) passing weights unscaled, called by "
+        "AscendSFACPImpl.indexer_select_post_process with unscaled weights and no DeviceOperator call",
+    ),
+    fixed=Fingerprint(
+        at=CP_CALLER,
+        contains=(SCALED + r"\n[\s\S]*self\._execute_indexer_select\(",),
+        absent=(r"DeviceOperator\.",),
+        description="AscendSFACPImpl.indexer_select_post_process scales weights before _execute_indexer_select",
+    ),
+    wrapper="verl_ascend_ext.glm52.ascend_sfa:scale_cp_indexer_weights",
+    upstream="none found (verl 0.9.1's in-tree copy does not cover the CP path either)",
+    remove_when=REMOVE_GLM52,
+    foreign_markers=(VERL_MARKER,),
+)
+
+SYNC = r"torch\.npu\.(current_stream\(\)\.)?synchronize\(\)"
+
+CAMEM_SLEEP = PatchRecord(
+    id="glm52-ascend-camem-sync-before-sleep",
+    feature="glm52",
+    why="CaMemAllocator.sleep unmaps device memory while kernels queued on the device may still use it; "
+    "synchronise the device first.",
+    target="vllm_ascend.device_allocator.camem:CaMemAllocator.sleep",
+    gate=GATE.env,
+    distribution=DISTRIBUTION,
+    versions=VERSIONS,
+    original=Fingerprint(
+        contains=(r"for \w+, \w+ in self\.pointer_to_data\.items\(\):", r"unmap_and_release\(\w+\)"),
+        absent=(r"synchronize\(",),
+        description="unmap_and_release over pointer_to_data with no device synchronisation",
+    ),
+    fixed=Fingerprint(
+        contains=(SYNC + r"\n[\s\S]*unmap_and_release\(",),
+        description="torch.npu.synchronize() (or current_stream().synchronize()) before memory is unmapped",
+    ),
+    wrapper="verl_ascend_ext.glm52.ascend_camem:synchronize_before_sleep",
+    upstream="none found",
+    remove_when="the minimum supported vLLM-Ascend synchronises in CaMemAllocator.sleep (doctor: fixed-upstream)",
+    foreign_markers=(VERL_CAMEM_MARKER,),
+)
+
+CAPTURE = "vllm_ascend.patch.worker.patch_routed_experts_capture"
+
+ROUTED_EXPERTS = PatchRecord(
+    id="glm52-ascend-routed-experts-capture",
+    feature="glm52",
+    why="vLLM-Ascend installs its routed-experts capture (Ascend padded DP / all-to-all layouts) only when vLLM is "
+    "not 0.23.0; with vLLM 0.23.0 routed-expert replay gets vLLM's CUDA-layout capture. Import it in workers.",
+    target="vllm_ascend.patch.worker:<module>",
+    gate=GATE.env,
+    distribution=DISTRIBUTION,
+    versions=VERSIONS,
+    original=Fingerprint(
+        contains=(r"^if vllm_version_is\('0\.23\.0'\):\n    _V2_MODEL_RUNNER_SUPPORTED = False$",
+                  r"^if _V2_MODEL_RUNNER_SUPPORTED:\n"
+                  r"    import vllm_ascend\.patch\.worker\.patch_routed_experts_capture$"),
+        description="patch_routed_experts_capture imported only when vLLM is not 0.23.0",
+    ),
+    fixed=Fingerprint(
+        contains=(r"^(import vllm_ascend\.patch\.worker\.patch_routed_experts_capture"
+                  r"|from vllm_ascend\.patch\.worker import [^\n]*\bpatch_routed_experts_capture\b)",),
+        description="patch_routed_experts_capture imported unconditionally",
+    ),
+    wrapper=CAPTURE,
+    upstream="none found (vLLM-Ascend skips it on vLLM 0.23.0 by design: 'only patch routed experts capture in "
+    "main2main')",
+    remove_when="the minimum supported vLLM-Ascend imports the capture patch with vLLM 0.23, or vLLM > 0.23.0 is "
+    "required (it then reports already-applied)",
+    action="import",
+)
+
+RECORDS = (RMSNORM, KV_B_PROJ, INDEXER_BASE, INDEXER_A5, INDEXER_CP, CAMEM_SLEEP, ROUTED_EXPERTS)
+
+
+@hookimpl
+def verl_ascend_ext_gates() -> list[Gate]:
+    return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_patch_records() -> list[PatchRecord]:
+    return list(RECORDS)

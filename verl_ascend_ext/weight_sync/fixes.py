@@ -1,0 +1,113 @@
+"""Replacement code of the weight-sync patches (imported only when a patch is applied)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+WORKERS = "verl.workers.engine_workers"
+
+
+async def barrier_before_kv_resume(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``update_weights`` whose KV-cache resume first waits, off the event loop, until every rank arrives.
+
+    verl's method is one coroutine, so the barrier goes in through the object it calls: for the
+    duration of the call, ``instance.rollout.resume`` is shadowed (on that rollout object only) by a
+    coroutine that runs ``torch.distributed.barrier`` in a thread before ``resume(tags=['kv_cache'])``.
+    """
+    import torch.distributed as dist
+
+    rollout = getattr(instance, "rollout", None)
+    if rollout is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return await wrapped(*args, **kwargs)
+    resume = rollout.resume
+    shadowed = "resume" in vars(rollout)
+
+    async def resume_after_barrier(*r_args: Any, **r_kwargs: Any) -> Any:
+        tags = r_kwargs.get("tags", r_args[0] if r_args else None)
+        if tags is not None and "kv_cache" in tags:
+            await asyncio.to_thread(dist.barrier)
+        return await resume(*r_args, **r_kwargs)
+
+    rollout.resume = resume_after_barrier
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        if shadowed:
+            rollout.resume = resume
+        else:
+            del rollout.resume
+
+
+def _called_from_update_weights() -> bool:
+    workers = sys.modules.get(WORKERS)
+    filename = getattr(workers, "__file__", None)
+    frame = sys._getframe(2)
+    for _ in range(4):  # wrapt's C proxy adds no Python frame; allow for its pure-Python fallback
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "update_weights" and frame.f_code.co_filename == filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def light_empty_cache() -> None:
+    """What verl 0.9.1 does on the sync path: synchronise, then return cached device blocks; no GC."""
+    from verl.utils.device import get_torch_device
+
+    device = get_torch_device()
+    if not device.is_available():
+        return
+    device.synchronize()
+    device.empty_cache()
+
+
+def light_empty_cache_in_update_weights(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``aggressive_empty_cache`` that is light when ``ActorRolloutRefWorker.update_weights`` calls it."""
+    if _called_from_update_weights():
+        return light_empty_cache()
+    return wrapped(*args, **kwargs)
+
+
+class _NoFullGC(ModuleType):
+    """Stands in for ``gc`` in the bucketed-transfer module: ``collect()`` is skipped inside a patched clean-up."""
+
+    def __init__(self) -> None:
+        super().__init__("gc")
+        self.skip = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(gc, name)
+
+    def collect(self, generation: int = 2) -> int:
+        if getattr(self.skip, "depth", 0):
+            return 0
+        return gc.collect(generation)
+
+
+_shim_lock = threading.Lock()
+
+
+def _shim_for(module: ModuleType) -> _NoFullGC:
+    with _shim_lock:
+        current = module.__dict__.get("gc")
+        if isinstance(current, _NoFullGC):
+            return current
+        shim = _NoFullGC()
+        module.gc = shim
+        return shim
+
+
+def cleanup_without_full_gc(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Bucketed sender/receiver ``_cleanup`` with its ``gc.collect()`` skipped (this thread, this call only)."""
+    shim = _shim_for(sys.modules[type(instance).__module__])
+    shim.skip.depth = getattr(shim.skip, "depth", 0) + 1
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        shim.skip.depth -= 1
