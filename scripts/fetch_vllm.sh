@@ -20,7 +20,8 @@ LATER="0.24.0 0.25.0 0.25.1 0.26.0 0.27.0 0.27.1 0.28.0 0.29.0 0.30.0 0.31.0 0.3
 KEEP=(vllm/v1/engine/core.py)
 # What `import vllm.v1.engine.core` (and vllm.plugins, vllm.v1.engine.utils) needs beyond verl's stack.
 IMPORT_DEPS=(msgspec pybase64 gguf pyzmq cachetools cbor2 openai-harmony openai uvloop py-cpuinfo llguidance
-             xgrammar prometheus-client pillow aiohttp psutil cloudpickle)
+             xgrammar prometheus-client pillow aiohttp psutil cloudpickle
+             einops partial-json-parser)  # the last two: verl 0.9.1's verl.utils.vllm (coexistence tests)
 
 mkdir -p "$SRC"
 

@@ -8,6 +8,7 @@ cd "$ROOT"
 "$VENV/bin/ruff" check .
 "$VENV/bin/verl-ascend" catalogue --check docs/patches.md
 scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogniser tests (cached)
+scripts/fetch_vllm.sh "$PY"  # vLLM 0.23.0 installed --no-deps + core.py of later releases (cached)
 
 status=0
 use_verl 0.9.0

@@ -7,6 +7,11 @@ for ``bridge.save_hf_weights`` with a function that writes real safetensors file
 ``safetensors`` package; everything after it — verl's ``_save_model_as_hf_via_bridge`` wrapped by the
 plugin, reading headers, the report, the error — is the real code. Files are hashed right after the
 stand-in wrote them and again after the check.
+
+Config: verl's real ``_save_transformer_config`` saves a real Megatron ``TransformerConfig`` subclass that
+carries ``Qwen2_5_VLConfig``'s vision and text sub-configs (as Megatron-Bridge's VL providers do); the
+written ``transformer_config.json`` is read back and compared field by field. verl 0.9.0 and 0.9.1 share
+the helper that drops them, so the patch applies on both.
 """
 
 from __future__ import annotations

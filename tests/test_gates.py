@@ -63,3 +63,13 @@ def test_disable_unknown_id_names_it_and_the_known_ones() -> None:
         disabled_patch_ids(["distill-fsdp2-topk"], {DISABLE_ENV: "distill-fsdp2-topc"})
     assert "distill-fsdp2-topc" in str(err.value) and "distill-fsdp2-topk" in str(err.value)
     assert DISABLE_ENV in str(err.value)
+
+
+def test_bad_value_stops_import_verl_with_the_message() -> None:
+    """verl swallows plugin exceptions at DEBUG; a bad gate must still stop the process, loudly."""
+    from conftest import run_python
+
+    proc = run_python("import verl\nprint('survived')", {"VERL_VLLM_ASCEND_GLM52_PATCH": "sometimes"}, check=False)
+    assert proc.returncode != 0
+    assert "survived" not in proc.stdout
+    assert "VERL_VLLM_ASCEND_GLM52_PATCH='sometimes'" in proc.stderr

@@ -12,6 +12,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import last_json, run_python
 from glm52_ascend_fixtures import GATE, released_sources
 
@@ -50,7 +51,11 @@ out = {"status": apply(record).status.value, "again": apply(record).status.value
        "keyword": m.Base.indexer_select_post_process(sfa, 0, 0, 0, weights=8.0, kv_cache=()),
        "inherited_310p": m.P310.indexer_select_post_process(sfa, 0, 0, 0, 8.0, ()),
        "a5_not_this_record": m.A5.indexer_select_post_process(sfa, 0, 0, 0, 8.0, ())}
+# ours first: verl's in-tree copy reads its marker through the class (as `DeviceOperator` aliases it) and stands down
+out["marker_seen_by_verl"] = [getattr(c.indexer_select_post_process, "_verl_vllm_ascend_glm52_patched", False)
+                              for c in (m.Base, m.P310)]
 out["unpatched"] = unpatch(record.id)
+out["original_untouched"] = not hasattr(m.Base.indexer_select_post_process, "_verl_vllm_ascend_glm52_patched")
 out["restored_staticmethod"] = type(vars(m.Base)["indexer_select_post_process"]).__name__
 out["after_unpatch"] = m.Base.indexer_select_post_process(sfa, 0, 0, 0, 8.0, ())
 # verl 0.9.1's in-tree copy first: staticmethod(patched) with its marker on the function -> we stand down
@@ -70,7 +75,9 @@ def test_staticmethod_wrapped_on_its_class_scaled_once_and_restored(tmp_path: Pa
     (tmp_path / "fake_device_op.py").write_text(DEVICE_OP)
     out = last_json(run_python(STATICMETHOD, pythonpath=str(tmp_path)).stdout)
     assert out == {"status": "applied", "again": "applied", "raw_is_wrapper": True, "base": 1.0, "instance": 1.0,
-                   "keyword": 1.0, "inherited_310p": 1.0, "a5_not_this_record": 8.0, "unpatched": True,
+                   "keyword": 1.0, "inherited_310p": 1.0, "a5_not_this_record": 8.0,
+                   "marker_seen_by_verl": [True, True], "unpatched": True,
+                   "original_untouched": True,
                    "restored_staticmethod": "staticmethod", "after_unpatch": 8.0,
                    "verl_first_status": "already-applied", "verl_first": 1.0}
 
@@ -150,3 +157,13 @@ def test_feature_module_imports_nothing_heavy() -> None:
         print(json.dumps(heavy))
     """)
     assert last_json(run_python(code).stdout) == []
+
+
+@pytest.mark.verl091
+@pytest.mark.usefixtures("require_verl_091")
+def test_doctor_predicts_already_applied_where_verl_091_carries_the_fix() -> None:
+    out = last_json(run_python(DOCTOR, {GATE: "1"}, pythonpath=str(released_sources())).stdout)
+    assert out.pop("glm52-ascend-indexer-scale-cp") == "will-apply"  # verl's copy does not cover the CP path
+    assert set(out.values()) == {"already-applied"}, out
+    out = last_json(run_python(DOCTOR, {GATE: "on"}, pythonpath=str(released_sources())).stdout)
+    assert set(out.values()) == {"will-apply"}, out  # verl reads only 1/true/yes: its copy stays off

@@ -121,7 +121,9 @@ def test_mistyped_key_wrong_type_and_missing_value_name_their_override() -> None
 @pytest.mark.anyverl
 def test_clean_recipe_reports_nothing_and_widening_is_allowed() -> None:
     result = check("glm5_2_megatron", ["actor_rollout_ref.actor.kl_loss_coef=1"])  # int into a float: fine
-    assert [f.status for f in result.findings] == [OK]
+    assert [f.status for f in result.findings if f.status != WARN] == [OK]
+    # without importing verl, a float into an int default (top_p: 1) is only a warning; verl decides with validate
+    assert {f.override for f in result.findings if f.status == WARN} == {"actor_rollout_ref.rollout.top_p=1.0"}
 
 
 @pytest.mark.usefixtures("require_verl_091")
@@ -287,3 +289,24 @@ def test_cli_list_show_and_unknown_recipe() -> None:
     bad = subprocess.run([verl_ascend, "recipe", "check", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no recipe named 'nope'" in bad.stderr
     assert shutil.which("bash")
+
+
+def test_gates_exported_relied_on_and_parsed_by_the_gate_parser(tmp_path: Path) -> None:
+    from verl_ascend_ext.recipes.check import gate_findings
+
+    recipe = get_recipe("glm5_2_megatron")
+    manifest = load_manifest(recipe.manifest)
+
+    def statuses(env: dict[str, str]) -> dict[str, str]:
+        return {f.subject: f.status for f in gate_findings(manifest, recipe.script, env)}
+
+    assert statuses({}) == {"VERL_VLLM_ASCEND_GLM52_PATCH": OK, "VERL_ASCEND_EXT_CHECKPOINT_FIXES": OK}
+    # checkpoint.strict=False relies on the export check: switching its gate off blocks the launch
+    assert statuses({"VERL_ASCEND_EXT_CHECKPOINT_FIXES": "off"})["VERL_ASCEND_EXT_CHECKPOINT_FIXES"] == ERROR
+    bad = gate_findings(manifest, recipe.script, {"VERL_ASCEND_EXT_DISTILLATION_FIXES": "maybe"})
+    assert [f.status for f in bad if f.subject == "VERL_ASCEND_EXT_DISTILLATION_FIXES"] == [ERROR]
+    # a copy of the script that forgets to export the GLM-5.2 gate is caught
+    copy = tmp_path / "run.sh"
+    copy.write_text(recipe.script.read_text().replace("export VERL_VLLM_ASCEND_GLM52_PATCH=1", ""))
+    missing = {f.subject: f for f in gate_findings(manifest, copy, {})}["VERL_VLLM_ASCEND_GLM52_PATCH"]
+    assert missing.status == ERROR and "does not export it" in missing.detail

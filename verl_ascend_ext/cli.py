@@ -11,6 +11,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="predict what the plugin will do on this install")
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument("--ray", action="store_true",
+                        help="run the doctor on every alive node of a running Ray cluster and print the differences")
+    doctor.add_argument("--address", metavar="ADDR",
+                        help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
+    doctor.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
+                        help="with --ray: give up (exit 2) after this many seconds (default 120)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     from .recipes.cli import add_parser as add_recipe_parser
@@ -25,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "recipe":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "doctor" and args.ray:
+        from .cluster.doctor_ray import main as doctor_ray_main
+
+        return doctor_ray_main(address=args.address, as_json=args.json, timeout=args.timeout)
+    if args.command == "doctor" and args.address:
+        parser.error("--address needs --ray")
     if args.command == "doctor":
         from .doctor import main as doctor_main
 

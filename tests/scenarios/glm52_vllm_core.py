@@ -18,6 +18,7 @@ Prints one JSON document on the last line. What is real and what is a double:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -44,9 +45,9 @@ def patch_layers(obj) -> int:
     obj = getattr(obj, "__func__", obj)
     n = 0
     while True:
-        if isinstance(obj, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)):
-            n, obj = n + 1, obj.__wrapped__
-        elif getattr(obj, MARKER, False) and hasattr(obj, "__wrapped__"):
+        ours = isinstance(obj, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper))
+        verls = getattr(obj, MARKER, False) and hasattr(obj, "__wrapped__")
+        if ours or verls:
             n, obj = n + 1, obj.__wrapped__
         else:
             return n
@@ -137,10 +138,8 @@ def busy_loop_iteration(asleep: bool) -> int:
     engine._has_global_unfinished_reqs = lambda local: True  # the DP all-reduce, answered locally
     engine.eep_scaling_state = None
     engine.vllm_config = SimpleNamespace(observability_config=SimpleNamespace(enable_logging_iteration_details=False))
-    try:
+    with contextlib.suppress(SystemExit):  # the loop ends by raising SystemExit once _handle_shutdown is False
         engine.run_busy_loop()
-    except SystemExit:
-        pass
     return engine.model_executor.calls.count("execute_dummy_batch")
 
 
@@ -149,14 +148,14 @@ def busy_loop_iteration(asleep: bool) -> int:
 class Probe:
     """Passed as ``vllm_config`` to vLLM's run_engine_core in a spawned child: reports, then stops the child."""
 
-    def __init__(self, queue) -> None:
-        self.queue = queue
+    def __init__(self, queue, label: str = "entry") -> None:
+        self.queue, self.label = queue, label
 
     @property
     def parallel_config(self):
         from verl_ascend_ext.boot import loaded_by
 
-        self.queue.put({"child": "entry", **core_state(), "loaded_by": list(loaded_by()),
+        self.queue.put({"child": self.label, **core_state(), "loaded_by": list(loaded_by()),
                         "gate": os.environ.get(GATE)})
         raise SystemExit(0)
 
@@ -181,6 +180,13 @@ def spawn_children() -> dict:
              ctx.Process(target=plugin_child, args=(queue,))]
     for p in procs:
         p.start()
+    if os.environ.get(GATE) == "1":  # our entry point as target, in a child whose environment has the gate off
+        os.environ[GATE] = "0"
+        procs.append(ctx.Process(target=EngineCoreProc.run_engine_core, name="EngineCore",
+                                 kwargs={"vllm_config": Probe(queue, "entry-gate-off"), "dp_rank": 0,
+                                         "local_dp_rank": 0}))
+        procs[-1].start()
+        os.environ[GATE] = "1"
     reports = [queue.get(timeout=240) for _ in procs]
     for p in procs:
         p.join(60)
@@ -197,8 +203,24 @@ def engine_mode() -> dict:
     load_general_plugins()  # vLLM's own loader finds and calls our vllm.general_plugins entry point
     import vllm.v1.engine.core  # noqa: F401  (EngineCore.__init__ would have imported it already)
 
-    return {"parent": core_state(), "wake": drive_wake_up(), "dummy_asleep": busy_loop_iteration(True),
-            "dummy_awake": busy_loop_iteration(False), "spawn": spawn_children()}
+    result = {"parent": core_state(), "wake": drive_wake_up(), "dummy_asleep": busy_loop_iteration(True),
+              "dummy_awake": busy_loop_iteration(False), "spawn": spawn_children()}
+    result["unpatch"] = unpatch_all()
+    return result
+
+
+def unpatch_all() -> dict:
+    """Restore everything; the inherited target must be deleted from DPEngineCoreProc, not shadowed."""
+    from vllm.v1.engine import core
+
+    from verl_ascend_ext.patching import unpatch
+
+    restored = {i: unpatch(i) for i in IDS}
+    return {"restored": restored,
+            "dummy_own_attribute": "execute_dummy_batch" in vars(core.DPEngineCoreProc),
+            "dummy_is_inherited": core.DPEngineCoreProc.execute_dummy_batch is core.EngineCore.execute_dummy_batch,
+            "wake_up_layers": patch_layers(vars(core.EngineCore)["wake_up"]),
+            "entry": vars(core.EngineCoreProc)["run_engine_core"].__func__.__module__}
 
 
 def verl_patch() -> None:
@@ -208,13 +230,18 @@ def verl_patch() -> None:
 
 
 def ours() -> None:
-    import verl_ascend_ext
     from vllm.v1.engine import core  # noqa: F401
+
+    import verl_ascend_ext
 
     verl_ascend_ext.activate()
 
 
 def order_mode(first: str) -> dict:
+    # verl's plugin discovery would boot ours at `import verl`, and our post-import hook then runs inside
+    # verl's own `from vllm.v1.engine import core`, i.e. ours first. Switch discovery off so that the
+    # order is exactly the one asked for (verl first happens e.g. when VERL_USE_EXTERNAL_PLUGINS excludes us).
+    os.environ["VERL_USE_EXTERNAL_PLUGINS"] = "none"
     steps = [ours, verl_patch] if first == "ours" else [verl_patch, ours]
     import vllm.v1.engine.core as core
 

@@ -8,7 +8,9 @@ and the memory helpers it calls, verl's NPU platform, the gloo process group and
 ``BucketedWeightSender``/``BucketedWeightReceiver`` moving the weights over ZMQ + shared memory (the
 receiver in a thread, as vLLM's worker extension would in its own process).
 Test doubles (NPU-only or GPU-only): ``torch.npu`` is a CPU-backed device module (memory queries answer
-0, synchronize/empty_cache do nothing), ``PlatformNPU.is_ipc_supported`` answers False instead of running
+0, synchronize/empty_cache do nothing), the ``vllm_rollout`` package is registered without running its
+``__init__`` (which imports vLLM's GPU server stack; the bucketed-transfer module itself is loaded from its
+real file), ``PlatformNPU.is_ipc_supported`` answers False instead of running
 ``npu-smi`` (shared-memory path), the rollout (``RolloutDouble``: resume records a timestamp, update_weights
 runs the real bucketed transfer) and the training engine (``EngineDouble``: yields CPU tensors; its
 offload is where rank 0 is made slow, so it reaches the barrier ``DELAY_S`` later than rank 1).
@@ -25,10 +27,9 @@ from pathlib import Path
 
 
 def install_npu_double() -> None:
-    """A CPU-backed ``torch.npu`` so verl picks its NPU platform (must run before ``import verl``)."""
+    """A CPU-backed ``torch.npu`` so verl's platform detection picks its NPU platform."""
     import torch
 
-    torch.utils.rename_privateuse1_backend("npu")
     npu = types.ModuleType("torch.npu")
     answers = {"is_available": True, "device_count": 1, "current_device": 0, "memory_reserved": 0,
                "memory_allocated": 0, "max_memory_allocated": 0, "max_memory_reserved": 0,
@@ -36,17 +37,20 @@ def install_npu_double() -> None:
     for name in ("is_available", "device_count", "current_device", "memory_reserved", "memory_allocated",
                  "max_memory_allocated", "max_memory_reserved", "mem_get_info", "get_device_name", "set_device",
                  "synchronize", "empty_cache", "manual_seed", "manual_seed_all", "reset_peak_memory_stats"):
-        setattr(npu, name, lambda *a, _v=answers.get(name), **k: _v)
+        value = answers.get(name)
+        setattr(npu, name, lambda *a, _v=value, **k: _v)
     memory = types.ModuleType("torch.npu.memory")
     memory._set_allocator_settings = lambda settings: None
     npu.memory = memory
     sys.modules["torch.npu.memory"] = memory
-    torch._register_device_module("npu", npu)
+    # Set as a plain attribute: renaming torch's PrivateUse1 backend to "npu" would make gloo's barrier
+    # look for accelerator hooks that only torch_npu registers.
+    torch.npu = npu
+    sys.modules["torch.npu"] = npu
 
 
 def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    install_npu_double()
     import asyncio
     import gc
     import inspect
@@ -57,13 +61,28 @@ def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> No
     import torch
     import torch.distributed as dist
     import verl  # noqa: F401  (plugin discovery)
+
+    # After ``import verl``: verl.utils.device.is_npu_available stays False (so verl does not import
+    # torch_npu's profiler), while verl's lazily detected platform is the NPU one.
+    install_npu_double()
     from omegaconf import OmegaConf
     from verl.plugin.platform.platform_npu import PlatformNPU
     from verl.single_controller.base.decorator import MAGIC_ATTR
 
     PlatformNPU.is_ipc_supported = lambda self: False  # instead of npu-smi: the shared-memory path
+    from verl.plugin.platform import get_platform
+
+    assert type(get_platform()) is PlatformNPU, type(get_platform())
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    import verl.workers.rollout as rollout_pkg
     from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    # The vllm_rollout package's __init__ imports vLLM's server stack (GPU packages); its
+    # bucketed_weight_transfer module needs only torch, zmq and verl. Register the package without
+    # running that __init__, then import the real module from its real file.
+    vllm_rollout = types.ModuleType("verl.workers.rollout.vllm_rollout")
+    vllm_rollout.__path__ = [str(Path(rollout_pkg.__file__).parent / "vllm_rollout")]
+    sys.modules.setdefault("verl.workers.rollout.vllm_rollout", vllm_rollout)
     from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as bwt
 
     import verl_ascend_ext
@@ -133,7 +152,7 @@ def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> No
 def main() -> None:
     import torch.multiprocessing as mp
 
-    outdir, delay = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 1.5
+    outdir, delay = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

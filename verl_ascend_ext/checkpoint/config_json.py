@@ -1,8 +1,8 @@
 """Serialise a (Megatron) transformer config to JSON-safe data, whole and recursively.
 
 Objects with ``to_dict`` (transformers configs), dataclasses, enums, dtypes, numpy scalars, sets and
-paths are converted; functions and classes become their import path, ``functools.partial`` a small dict. Anything else is named, with its
-key path, in one WARNING and left out: never silently lost.
+paths are converted; functions and classes become their import path, ``functools.partial`` a small
+dict. Anything else is named, with its key path, in one WARNING and left out: never silently lost.
 """
 
 from __future__ import annotations

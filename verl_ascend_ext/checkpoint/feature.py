@@ -8,8 +8,8 @@ from types import ModuleType
 
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
-from ..patching.source import definition_in_file, find_module_file
 from ..patching.gates import GateValueError
+from ..patching.source import definition_in_file, find_module_file
 from .export_check import MODE_ENV, export_check_mode
 
 GATE = Gate(

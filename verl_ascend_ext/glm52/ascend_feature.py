@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
+from ..patching.record import ForeignCopy
 
 GATE = Gate(
     "VERL_VLLM_ASCEND_GLM52_PATCH",
@@ -21,6 +22,17 @@ DISTRIBUTION = "vllm-ascend"
 VERSIONS = ">=0.23.0,<0.23.1"  # 0.23.0 wheel and 0.23.0.post1 sdist: identical targets
 VERL_MARKER = "_verl_vllm_ascend_glm52_patched"  # verl 0.9.1's in-tree copy marks what it replaced
 VERL_CAMEM_MARKER = "_verl_camem_sleep_patched"
+VERL_ENABLED = ("1", "true", "yes")  # verl's own parsing of VERL_VLLM_ASCEND_GLM52_PATCH
+VERL_MODULE = "verl.utils.vllm.npu_vllm_patch"
+
+
+def _verl_copy(function: str, *contains: str, what: str) -> ForeignCopy:
+    """verl 0.9.1's in-tree copy of one fix; it checks the marker we expose, so whichever loads first wins."""
+    return ForeignCopy(name=f"verl's in-tree GLM-5.2 patch ({VERL_MODULE}.{function})",
+                       target=f"{VERL_MODULE}:{function}",
+                       fingerprint=Fingerprint(contains=contains, description=what), enabled_by=VERL_ENABLED)
+
+
 UPSTREAM_GLM52 = "vllm-ascend commit ca0420391 (named by verl 0.9.1's in-tree copy); in no vLLM-Ascend release yet"
 REMOVE_GLM52 = "the minimum supported vLLM-Ascend contains the fix (doctor then reports fixed-upstream)"
 
@@ -60,6 +72,9 @@ RMSNORM = PatchRecord(
     upstream=UPSTREAM_GLM52,
     remove_when=REMOVE_GLM52,
     foreign_markers=(VERL_MARKER,),
+    exposes_markers=(VERL_MARKER,),
+    foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_ascend_rms_norm\(layernorm\)",
+                               what="patches AscendRMSNorm.forward_oot"),),
 )
 
 KV_B_PROJ = PatchRecord(
@@ -86,6 +101,9 @@ KV_B_PROJ = PatchRecord(
     upstream=UPSTREAM_GLM52,
     remove_when=REMOVE_GLM52,
     foreign_markers=(VERL_MARKER,),
+    exposes_markers=(VERL_MARKER,),
+    foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_sfa_kv_b_proj_disposal\(sfa_v1\)",
+                               what="keeps kv_b_proj"),),
 )
 
 
@@ -124,6 +142,9 @@ def _device_operator_record(adaptor: str) -> PatchRecord:
         upstream=UPSTREAM_GLM52,
         remove_when=REMOVE_GLM52,
         foreign_markers=(VERL_MARKER,),
+        exposes_markers=(VERL_MARKER,),
+        foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_sfa_indexer_scale\(sfa_v1\)",
+                                   what="scales DeviceOperator.indexer_select_post_process"),),
     )
 
 
@@ -188,6 +209,9 @@ CAMEM_SLEEP = PatchRecord(
     upstream="none found",
     remove_when="the minimum supported vLLM-Ascend synchronises in CaMemAllocator.sleep (doctor: fixed-upstream)",
     foreign_markers=(VERL_CAMEM_MARKER,),
+    exposes_markers=(VERL_CAMEM_MARKER,),
+    foreign_copies=(_verl_copy("patch_camem_sleep", r"camem\.torch\.npu\.synchronize\(\)",
+                               r"patched_sleep\._verl_camem_sleep_patched = True", what="synchronises in sleep"),),
 )
 
 CAPTURE = "vllm_ascend.patch.worker.patch_routed_experts_capture"
@@ -218,6 +242,9 @@ ROUTED_EXPERTS = PatchRecord(
     remove_when="the minimum supported vLLM-Ascend imports the capture patch with vLLM 0.23, or vLLM > 0.23.0 is "
     "required (it then reports already-applied)",
     action="import",
+    foreign_copies=(_verl_copy("apply_npu_vllm_patches", r"if _glm52_patch_enabled\(\):\n\s+import "
+                               r"vllm_ascend\.patch\.worker\.patch_routed_experts_capture\n",
+                               what="imports the capture module"),),
 )
 
 RECORDS = (RMSNORM, KV_B_PROJ, INDEXER_BASE, INDEXER_A5, INDEXER_CP, CAMEM_SLEEP, ROUTED_EXPERTS)

@@ -39,7 +39,8 @@ VERL_COPY = ForeignCopy(
 # The resume call guarded by "the executor is fully awake", directly (0.24-0.30) or through a
 # variable (0.31+: ``fully_awake = not self.model_executor.is_sleeping`` ... ``if fully_awake:``).
 _GUARDED_RESUME = (r"(if not self\.model_executor\.is_sleeping:\n\s+self\.resume_scheduler\(\)"
-                   r"|(\w+) = not self\.model_executor\.is_sleeping\n(?:.*\n)*?\s*if \2:\n\s+self\.resume_scheduler\(\))")
+                   r"|(\w+) = not self\.model_executor\.is_sleeping\n(?:.*\n)*?\s*if \2:\n"
+                   r"\s+self\.resume_scheduler\(\))")
 
 WAKE_UP = PatchRecord(
     id="glm52-vllm-wake-up-resume-when-awake",

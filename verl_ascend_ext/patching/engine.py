@@ -23,7 +23,14 @@ import wrapt
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
 from .record import Fingerprint, PatchRecord, PatchStatus, Status
-from .source import Definition, definition_in_file, definition_of_object, find_module_file, split_target
+from .source import (
+    Definition,
+    definition_in_file,
+    definition_of_object,
+    find_module_file,
+    remembered_match,
+    split_target,
+)
 from .status import current, forget, lock, record_status, statuses, switched_off
 
 MARKER = "_self_verl_ascend_ext_patch"  # wrapt stores `_self_*` attributes on the proxy, not the wrapped function
@@ -79,7 +86,10 @@ def _at(fingerprint: Fingerprint, own: Definition) -> Definition | None:
 def fingerprint_matches(fingerprint: Fingerprint, own: Definition) -> bool:
     """``fingerprint`` on ``own`` (or on the source of its ``at`` target), and all of its ``also`` parts."""
     definition = _at(fingerprint, own)
-    if definition is None or not fingerprint.matches(definition.text):
+    if definition is None:
+        return False
+    text = definition.text
+    if not remembered_match((fingerprint.contains, fingerprint.absent), text, lambda: fingerprint.matches(text)):
         return False
     return all(fingerprint_matches(part, own) for part in fingerprint.also)
 

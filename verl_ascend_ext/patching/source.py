@@ -14,8 +14,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
+import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -103,8 +106,23 @@ def _collect(body: list[ast.stmt], prefix: str, out: dict[str, ast.AST]) -> None
             _collect(nested, prefix, out)
 
 
-@lru_cache(maxsize=256)
-def _parse_cached(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int, str]]:
+INDEX_FORMAT = 1  # bump when the normalisation changes: older on-disk indexes are then ignored
+INDEX_DIR_ENV = "VERL_ASCEND_EXT_CACHE"
+
+
+def index_dir() -> Path:
+    """Where normalised definitions are kept between processes (``$VERL_ASCEND_EXT_CACHE/source-index``)."""
+    base = os.environ.get(INDEX_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "verl-ascend-ext")
+    return Path(base) / "source-index"
+
+
+def _index_file(path: str, mtime_ns: int, size: int) -> Path:
+    # ast.unparse output depends on the Python version: it is part of the key, like the file's identity.
+    key = f"{INDEX_FORMAT}|{sys.version_info[:2]}|{path}|{mtime_ns}|{size}"
+    return index_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def _parse(path: str) -> dict[str, tuple[int, int, str]]:
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     found: dict[str, ast.AST] = {}
     _collect(tree.body, "", found)
@@ -113,6 +131,75 @@ def _parse_cached(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, i
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         text = ast.unparse(_strip_docstring(node))
         result[qualname] = (node.lineno, first, text)
+    return result
+
+
+_matches: dict[str, bool] | None = None
+
+
+def remembered_match(patterns: tuple[tuple[str, ...], tuple[str, ...]], text: str, compute: Callable[[], bool]) -> bool:
+    """A fingerprint's verdict on ``text``, remembered across processes next to the source index.
+
+    Compiling and running the regular expressions of every record costs more than reading the index;
+    the verdict depends only on the patterns and the normalised text, so it is keyed by both.
+    """
+    global _matches
+    store = index_dir() / f"matches-{INDEX_FORMAT}.json"
+    if _matches is None:
+        _matches = _read_verdicts(store)
+    key = hashlib.sha256(f"{patterns!r}\0{text}".encode()).hexdigest()[:32]
+    known = _matches.get(key)
+    if known is not None:
+        return known
+    verdict = compute()
+    _matches[key] = verdict
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**_read_verdicts(store), **_matches}), encoding="utf-8")
+        os.replace(tmp, store)  # concurrent writers: the last one wins, no file is ever half-written
+    except OSError as err:
+        logging.getLogger("verl_ascend_ext").info("verl-ascend-ext: verdicts not written (%s): %s", store, err)
+    return verdict
+
+
+def _read_verdicts(store: Path) -> dict[str, bool]:
+    try:
+        stored = json.loads(store.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in stored.items() if isinstance(v, bool)} if isinstance(stored, dict) else {}
+
+
+def _read_index(index: Path) -> dict[str, tuple[int, int, str]] | None:
+    """The stored definitions, or None when there is no usable index (missing, partial, other format)."""
+    try:
+        stored = json.loads(index.read_text(encoding="utf-8"))
+        return {name: (int(entry[0]), int(entry[1]), str(entry[2])) for name, entry in stored.items()}
+    except (OSError, ValueError, TypeError, IndexError, AttributeError):
+        return None
+
+
+@lru_cache(maxsize=256)
+def _parse_cached(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int, str]]:
+    """Normalised definitions of one file version, from the on-disk index when another process made it.
+
+    Parsing and unparsing a large module (vLLM's engine core: ~75 ms) would otherwise be paid in every
+    process of a job. The index is keyed by path, mtime, size and Python version, written atomically;
+    an unwritable or corrupt index only costs the parse.
+    """
+    index = _index_file(path, mtime_ns, size)
+    stored = _read_index(index)
+    if stored is not None:
+        return stored
+    result = _parse(path)
+    try:
+        index.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(result), encoding="utf-8")
+        os.replace(tmp, index)
+    except OSError as err:
+        logging.getLogger("verl_ascend_ext").info("verl-ascend-ext: source index not written (%s): %s", index, err)
     return result
 
 
@@ -200,3 +287,5 @@ def clear_cache() -> None:
     _parse_cached.cache_clear()
     _module_text_cached.cache_clear()
     _class_bases_cached.cache_clear()
+    global _matches
+    _matches = None

@@ -105,7 +105,18 @@ def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) 
             findings.append(Finding("gates", gate, WARN, f"exported by {script.name}, but no installed "
                                     "verl-ascend-ext feature declares it (verl reads it itself only where its "
                                     "in-tree patch exists)"))
-    for row in gate_report(environ):
+    rows = {row["env"]: row for row in gate_report(environ)}
+    for gate in manifest.expects:
+        row = rows.get(gate)
+        if row is None:
+            findings.append(Finding("gates", gate, WARN, "the recipe relies on this gate, but no installed "
+                                    "verl-ascend-ext feature declares it"))
+        elif row["error"] is None and not row["value"]:
+            findings.append(Finding("gates", gate, ERROR, f"the recipe relies on {gate}, which is off in this "
+                                    f"environment ({gate}={row['raw']!r}); unset it or set it to 1"))
+        elif row["error"] is None:
+            findings.append(Finding("gates", gate, OK, "on (the recipe relies on it)"))
+    for row in rows.values():
         if row["error"]:
             findings.append(Finding("gates", row["env"], ERROR, row["error"]))
     return findings

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     extra = list(extra or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    if extra and args.recipe_command != "check" or any(e.startswith("-") for e in extra):
+    if (extra and args.recipe_command != "check") or any(e.startswith("-") for e in extra):
         print(f"error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
         return 2
     if args.recipe_command == "check":
@@ -62,10 +62,13 @@ def run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
             return 0
         if args.recipe_command == "show":
             return _show(args.name, args.json)
+        import contextlib
+
         from .check import format_report, run_check
 
-        report, code = run_check(args.name, user_overrides=args.overrides, no_device=args.no_device,
-                                 device=args.device, script=args.script, validate=not args.skip_verl_validate)
+        with contextlib.redirect_stdout(sys.stderr):  # whatever importing verl prints must not mix into --json
+            report, code = run_check(args.name, user_overrides=args.overrides, no_device=args.no_device,
+                                     device=args.device, script=args.script, validate=not args.skip_verl_validate)
         print(json.dumps(report, indent=2) if args.json else format_report(report))
         return code
     except (UnknownRecipeError, ManifestError) as err:
@@ -89,7 +92,8 @@ def _show(name: str, as_json: bool) -> int:
         print(json.dumps(info, indent=2))
         return 0 if "error" not in info else 1
     print(f"{name}: {info['title']}\n  run:      bash {info['script']}\n  readme:   {info['readme']}\n"
-          f"  devices:  {', '.join(info['devices'])}\n  gates:    {', '.join(info['gates']) or 'none'}\n"
+          f"  devices:  {', '.join(info['devices'])}\n  gates:    {', '.join(info['gates']) or 'none'} (exported)"
+          f"; relies on: {', '.join(info['expects']) or 'none'}\n"
           f"  upstream: {info['upstream']}\n\nValidated with (manifest.toml):")
     for p in info["packages"]:
         pin = " ".join(x for x in (p["version"], p["repo"] and f"{p['repo']}@{p['branch']}", p["commit"]) if x)

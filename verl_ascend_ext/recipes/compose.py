@@ -130,11 +130,13 @@ def _blame(exc: BaseException, active: list[tuple[Tagged, Override]]) -> tuple[i
         full_key = getattr(err, "full_key", None) if isinstance(err, OmegaConfBaseException) else None
         if full_key:
             keys.append((str(full_key), "unknown"))
+    wanted_type = {"exists": OverrideType.ADD, "unknown": OverrideType.CHANGE}
     for key, kind in keys:
-        for i, (_, ov) in enumerate(active):
-            k = _key(ov)
-            if k == key or k.startswith(key + ".") or key.startswith(k + "."):
-                return i, key, kind
+        matches = [i for i, (_, ov) in enumerate(active)
+                   if _key(ov) == key or _key(ov).startswith(key + ".") or key.startswith(_key(ov) + ".")]
+        typed = [i for i in matches if active[i][1].type == wanted_type.get(kind, active[i][1].type)]
+        if typed or matches:
+            return (typed or matches)[0], key, kind
     return None, keys[0][0] if keys else "", keys[0][1] if keys else "other"
 
 
@@ -171,7 +173,7 @@ def _type_name(value: Any) -> str:
 
 
 def _fits(default: Any, value: Any) -> bool:
-    if value is None or isinstance(value, str) and value.startswith("${"):
+    if value is None or (isinstance(value, str) and value.startswith("${")):
         return True
     if isinstance(default, bool):
         return isinstance(value, bool)
@@ -203,7 +205,7 @@ def _annotation_types(base: DictConfig, key: str) -> tuple[type, ...] | None:
         from hydra.utils import get_class
 
         hints = typing.get_type_hints(get_class(target))
-    except Exception:  # noqa: BLE001 - any import/annotation failure means "type unknown": skip the check
+    except Exception:
         return None
     hint = hints.get(leaf)
     union = typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", typing.Union))
@@ -226,9 +228,9 @@ def _type_findings(base: DictConfig, active: list[tuple[Tagged, Override]], use_
             continue
         try:
             value = ov.value()
-        except Exception:  # noqa: BLE001 - sweeps and functions are not plain values; nothing to compare
+        except Exception:
             continue
-        if isinstance(value, str) and isinstance(default, str) or value is None:
+        if (isinstance(value, str) and isinstance(default, str)) or value is None:
             continue
         if default is None or default == "???":
             allowed = _annotation_types(base, key) if use_annotations else None
@@ -301,10 +303,10 @@ def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str
     groups = [t.text for t, ov in active if _is_group_override(ov)]
     try:
         base = _compose(config_dir, config_name, groups)
-    except Exception:  # noqa: BLE001 - a bad group override is reported by the main composition below
+    except Exception:
         try:
             base = _compose(config_dir, config_name, [])
-        except Exception as err:  # noqa: BLE001 - the config itself cannot be composed: report and stop
+        except Exception as err:
             result.findings.append(Finding("config", config_name, ERROR,
                                            f"cannot compose {config_name} from {config_dir}: {err}"))
             return result
@@ -314,7 +316,7 @@ def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str
         try:
             cfg = _compose(config_dir, config_name, [t.text for t, _ in active])
             break
-        except Exception as err:  # noqa: BLE001 - Hydra/OmegaConf raise several types; all are reported
+        except Exception as err:
             index, key, kind = _blame(err, active)
             detail = _composition_detail(kind, key, err, base, verl_version)
             if index is None:
@@ -363,7 +365,7 @@ def verl_validate(cfg: DictConfig) -> Finding:
             config = copy.deepcopy(cfg)
             validate_config(config, use_reference_policy=need_reference_policy(config),
                             use_critic=need_critic(config))
-    except Exception as err:  # noqa: BLE001 - verl raises assertions, ValueError, TypeError...: all reported
+    except Exception as err:
         root = _exception_chain(err)[-1]
         text = " ".join(str(root).split()) or type(root).__name__
         return Finding("config", "validate_config", ERROR,

@@ -61,8 +61,9 @@ class Manifest:
     name: str
     title: str
     devices: tuple[str, ...]
-    gates: tuple[str, ...]
+    gates: tuple[str, ...]  # the run script must export these on
     packages: tuple[PackagePin, ...]
+    expects: tuple[str, ...] = ()  # gates the recipe relies on: they must not be off in the launch environment
     upstream: str = ""
 
 
@@ -99,7 +100,7 @@ def load_manifest(path: Path) -> Manifest:
                                    branch=entry.get("branch"), commit=commit, module=entry.get("module")))
     return Manifest(path=path, name=recipe["name"], title=recipe.get("title", ""), devices=devices,
                     gates=tuple(recipe.get("gates", ())), packages=tuple(packages),
-                    upstream=recipe.get("upstream", ""))
+                    upstream=recipe.get("upstream", ""), expects=tuple(recipe.get("expects", ())))
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,6 @@ def check_manifest(manifest: Manifest, device: str, no_device: bool) -> list[Fin
 
 def summary(manifest: Manifest) -> dict[str, Any]:
     return {"name": manifest.name, "title": manifest.title, "devices": list(manifest.devices),
-            "gates": list(manifest.gates), "upstream": manifest.upstream,
+            "gates": list(manifest.gates), "expects": list(manifest.expects), "upstream": manifest.upstream,
             "packages": [{"name": p.name, "distribution": p.distribution, "on": p.on, "version": p.version,
                           "repo": p.repo, "branch": p.branch, "commit": p.commit} for p in manifest.packages]}

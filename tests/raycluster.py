@@ -1,0 +1,45 @@
+"""A real multi-node Ray cluster on this machine for tests: ``ray.cluster_utils.Cluster``, loopback only.
+
+Every node is a separate raylet (own processes, own environment) on 127.0.0.1: Ray's own switch
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray pick the loopback address for every node, driver and
+worker. Nodes are started without any of this package's variables (removed from the environment while
+the cluster starts), so a variable a worker sees came through Ray, not from its raylet. No dashboard.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+PACKAGE_PREFIXES = ("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL_PLUGINS")
+
+
+@contextmanager
+def loopback_cluster() -> Iterator[object]:
+    """A head node (1 CPU) on loopback; add nodes with ``cluster.add_node(num_cpus=1, env_vars=...)``."""
+    import ray._private.ray_constants as ray_constants
+    from ray.cluster_utils import Cluster
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith(PACKAGE_PREFIXES)]:
+            mp.delenv(key)
+        for key, value in LOOPBACK.items():
+            mp.setenv(key, value)
+        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # this process imported ray before the switch
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        try:
+            yield cluster
+        finally:
+            cluster.shutdown()
+
+
+def driver_env(**extra: str) -> dict[str, str]:
+    """Environment for a driver subprocess: this one without the package's variables, on loopback, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PACKAGE_PREFIXES)}
+    env.update(LOOPBACK)
+    env.update(extra)
+    return env

@@ -1,0 +1,96 @@
+"""Ascend device hooks on verl 0.9.0 and 0.9.1, with the NPU test double (tests/npu_double) standing in for torch_npu.
+
+Each case runs ``tests/scenarios/device_platform.py`` in a fresh interpreter, so verl's real plugin
+discovery, platform auto-detection and ``set_expandable_segments`` run; only ``torch.npu`` is the double.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, last_json, verl_version
+
+SCENARIO = str(REPO / "tests" / "scenarios" / "device_platform.py")
+DOUBLE = str(REPO / "tests" / "npu_double")
+OURS = "verl_ascend_ext.device.platform.AscendExtPlatformNPU"
+VERLS = "verl.plugin.platform.platform_npu.PlatformNPU"
+
+pytestmark = pytest.mark.anyverl
+
+
+@pytest.fixture(autouse=True)
+def _known_verl() -> None:
+    assert verl_version() in ("0.9.0", "0.9.1"), f"written for verl 0.9.0/0.9.1, installed {verl_version()}"
+
+
+def run_scenario(mode: str, env: dict[str, str] | None = None, extra_path: str = "") -> tuple[dict, str]:
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL", "VERL_PLATFORM"))}
+    full.update({"NPU_DOUBLE": mode, "PYTHONPATH": os.pathsep.join(p for p in (DOUBLE, extra_path) if p)})
+    full.update(env or {})
+    proc = subprocess.run([sys.executable, SCENARIO], env=full, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return last_json(proc.stdout), proc.stderr
+
+
+def test_get_platform_is_our_subclass_and_allocator_reaches_device_module() -> None:
+    out, _ = run_scenario("1")
+    assert out["platform_created_at_discovery"] is False  # registration did not call get_platform()
+    assert out["registered_huawei"] == OURS and out["platform"] == OURS
+    assert out["is_verl_npu_subclass"] is True and out["is_npu_available"] is True
+    assert out["torch_npu_imported"] is False
+    assert out["allocator_calls"] == ["expandable_segments:False", "expandable_segments:True"] * 2
+    assert out["errors"] == [] and out["allocator_warnings"] == []
+
+
+def old_torch_npu_metadata(tmp_path: Path) -> str:
+    """A directory holding only the metadata of an old torch_npu (no module): what importlib.metadata reads."""
+    info = tmp_path / "torch_npu-2.1.0.post3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.1.0.post3\n")
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["fail", "missing"])
+def test_failing_allocator_warns_exactly_once_and_never_raises(mode: str, tmp_path: Path) -> None:
+    # "missing": torch_npu 2.1 has no _set_allocator_settings; "fail": the call raises, torch_npu metadata absent.
+    out, stderr = run_scenario(mode, extra_path=old_torch_npu_metadata(tmp_path) if mode == "missing" else "")
+    assert out["platform"] == OURS
+    assert out["errors"] == []
+    if mode == "fail":  # the double was called each time, and failed each time
+        assert out["allocator_calls"] == ["expandable_segments:False", "expandable_segments:True"] * 2
+    assert len(out["allocator_warnings"]) == 1
+    warning = out["allocator_warnings"][0]
+    assert "'expandable_segments:False'" in warning
+    assert ("RuntimeError" if mode == "fail" else "AttributeError") in warning
+    assert ("torch_npu not installed." if mode == "fail" else "torch_npu 2.1.0.post3.") in warning
+    assert "upgrade torch_npu to 2.9.0 or later" in warning
+    assert stderr.count("could not be applied through torch.npu.memory._set_allocator_settings") == 1
+
+
+def test_rollout_env_is_verls_plus_every_set_gate() -> None:
+    env = {"VERL_ASCEND_EXT_DISTILLATION_FIXES": "0", "VERL_VLLM_ASCEND_GLM52_PATCH": "1",
+           "VERL_ASCEND_EXT_DISABLE": "padding-teacher-fields", "VLLM_ASCEND_TASK_QUEUE_ENABLE": "2"}
+    out, _ = run_scenario("1", env)
+    rollout = out["rollout_env_vars"]
+    verls = {"NCCL_CUMEM_ENABLE": "0", "VLLM_ASCEND_AUTO_DETECT_QUANTIZATION": "0", "TASK_QUEUE_ENABLE": "2"}
+    gates = {k: v for k, v in env.items() if k != "VLLM_ASCEND_TASK_QUEUE_ENABLE"}
+    assert rollout == {**verls, **gates}  # unset gates (e.g. VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES) are absent
+
+
+def test_gate_off_leaves_verls_platform_in_place() -> None:
+    out, stderr = run_scenario("fail", {"VERL_ASCEND_EXT_DEVICE_HOOKS": "0"})
+    assert out["registered_huawei"] == VERLS and out["platform"] == VERLS
+    assert out["allocator_warnings"] == []  # ours is off; verl's own warning is its usual text
+    assert "please upgrade torch-npu to 2.9.0 or later" in stderr
+    assert "VERL_ASCEND_EXT_DEVICE_HOOKS" not in out["rollout_env_vars"]  # verl's method: no gates added
+
+
+def test_without_the_double_detection_is_unchanged() -> None:
+    out, _ = run_scenario("")  # NPU_DOUBLE empty: no torch.npu, verl falls back to its CUDA platform
+    assert out["registered_huawei"] == OURS
+    assert out["platform"] == "verl.plugin.platform.platform_cuda.PlatformCUDA"

@@ -1,0 +1,87 @@
+"""Gates reach every Ray node: verl's real ``run_ppo`` on a real 3-node loopback Ray cluster (verl 0.9.0 and 0.9.1).
+
+The cluster's raylets are started without any of this package's variables; a driver subprocess sets
+them (or not) and runs ``tests/scenarios/ray_gates.py``, which calls verl's ``run_ppo`` (patched
+``get_ppo_ray_runtime_env`` -> OmegaConf.merge with the user's runtime env -> ``ray.init``). Probe tasks
+pinned to each node report the variables their worker process sees and, read from /proc, those of
+the raylet that started it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, last_json, verl_version
+from raycluster import driver_env, loopback_cluster
+
+SCENARIO = str(REPO / "tests" / "scenarios" / "ray_gates.py")
+GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
+DISABLE = "VERL_ASCEND_EXT_DISABLE"
+
+pytestmark = pytest.mark.anyverl
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    assert verl_version() in ("0.9.0", "0.9.1"), f"written for verl 0.9.0/0.9.1, installed {verl_version()}"
+    with loopback_cluster() as c:
+        workers = [c.add_node(num_cpus=1), c.add_node(num_cpus=1)]
+        c.wait_for_nodes()
+        yield c, {w.node_id for w in workers}
+
+
+def run_case(address: str, case: str, **env: str) -> dict:
+    proc = subprocess.run([sys.executable, SCENARIO, address, case], env=driver_env(**env), capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return last_json(proc.stdout)
+
+
+def by_node(out: dict, workers: set[str]) -> tuple[dict, list[dict]]:
+    probes = {p["node_id"]: p for p in out["probes"]}
+    assert len(probes) == 3 and workers <= set(probes)
+    assert all(p["raylet_is_parent"] for p in probes.values())
+    return probes, [probes[w] for w in workers]
+
+
+def test_gate_set_only_in_the_driver_reaches_workers_on_every_node(cluster) -> None:
+    c, workers = cluster
+    out = run_case(c.address, "driver")
+    assert out["status"] == "applied" and out["main_ppo_bound_to_patched"] is True
+    assert out["default_env_vars"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
+    probes, non_head = by_node(out, workers)
+    for p in non_head:  # the raylet of a non-head node never had the gates...
+        assert p["raylet"] == {GATE: None, DISABLE: None}
+    for p in probes.values():  # ...yet every worker on every node sees the driver's values
+        assert p["worker"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
+
+
+def test_user_runtime_env_value_wins(cluster) -> None:
+    c, workers = cluster
+    out = run_case(c.address, "user")
+    assert out["default_env_vars"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
+    probes, _ = by_node(out, workers)
+    for p in probes.values():  # ray_kwargs.ray_init.runtime_env.env_vars.<gate>='1' beats the driver's '0'
+        assert p["worker"] == {GATE: "1", DISABLE: "padding-teacher-fields"}
+
+
+def test_nothing_injected_when_no_gate_is_set(cluster) -> None:
+    c, workers = cluster
+    out = run_case(c.address, "unset")
+    assert out["status"] == "applied"
+    assert out["default_env_vars"] == {}
+    probes, _ = by_node(out, workers)
+    for p in probes.values():
+        assert p["worker"] == {GATE: None, DISABLE: None}
+
+
+def test_without_the_hook_verl_alone_loses_the_gates_on_other_nodes(cluster) -> None:
+    c, workers = cluster
+    out = run_case(c.address, "driver", VERL_ASCEND_EXT_DEVICE_HOOKS="0")  # the failure this feature fixes
+    assert out["status"] == "gate-off"
+    assert out["default_env_vars"] == {}
+    _, non_head = by_node(out, workers)
+    for p in non_head:
+        assert p["worker"] == {GATE: None, DISABLE: None}

@@ -1,0 +1,32 @@
+"""What the device hooks will do on this install, read from verl's installed source (doctor; no imports)."""
+
+from __future__ import annotations
+
+from ..patching.source import definition_in_file, find_module_file
+
+PLATFORM_MODULE = "verl.plugin.platform.platform_npu"
+NEEDED_METHODS = ("set_allocator_settings", "rollout_env_vars")
+REGISTRATION = "@PlatformRegistry.register(platform='huawei')"
+
+
+def platform_finding(gate_on: bool) -> dict[str, str]:
+    """Doctor finding ``npu-platform``: will ``huawei`` resolve to our subclass of verl's PlatformNPU?"""
+    name = "npu-platform"
+    if not gate_on:
+        return {"name": name, "status": "info",
+                "detail": "VERL_ASCEND_EXT_DEVICE_HOOKS is off: verl's own PlatformNPU is used unchanged"}
+    path = find_module_file(PLATFORM_MODULE)
+    if path is None:
+        return {"name": name, "status": "warn",
+                "detail": f"{PLATFORM_MODULE} is not in the installed verl: no NPU platform to extend (verl >= 0.9.0 "
+                "has it); the device hooks will not be installed"}
+    cls = definition_in_file(path, "PlatformNPU")
+    missing = [m for m in NEEDED_METHODS if definition_in_file(path, f"PlatformNPU.{m}") is None]
+    if cls is None or missing or REGISTRATION not in cls.text:
+        what = "class PlatformNPU" if cls is None else (
+            f"PlatformNPU.{', PlatformNPU.'.join(missing)}" if missing else f"the {REGISTRATION} decorator")
+        return {"name": name, "status": "warn",
+                "detail": f"{path}: {what} not found; the device hooks may not fit this verl"}
+    return {"name": name, "status": "ok",
+            "detail": f"platform 'huawei' ({cls.where}) will be verl_ascend_ext.device.platform.AscendExtPlatformNPU, "
+            "a subclass (allocator settings warn once, gates in the rollout env)"}
