@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_json, verl_version
+from conftest import REPO, last_json, run_python, verl_version
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "device_platform.py")
 DOUBLE = str(REPO / "tests" / "npu_double")
@@ -94,3 +94,20 @@ def test_without_the_double_detection_is_unchanged() -> None:
     out, _ = run_scenario("")  # NPU_DOUBLE empty: no torch.npu, verl falls back to its CUDA platform
     assert out["registered_huawei"] == OURS
     assert out["platform"] == "verl.plugin.platform.platform_cuda.PlatformCUDA"
+
+
+def test_late_activation_rebinds_main_ppo() -> None:
+    # verl's discovery off: main_ppo binds verl's function first; activating the plugin afterwards must still
+    # make run_ppo's name call the patched function (import hook on verl.trainer.main_ppo).
+    proc = run_python("""
+        import json
+        import verl.trainer.constants_ppo as constants, verl.trainer.main_ppo as main_ppo
+        before = main_ppo.get_ppo_ray_runtime_env
+        import verl_ascend_ext
+        verl_ascend_ext.activate()
+        env = main_ppo.get_ppo_ray_runtime_env()["env_vars"]
+        print(json.dumps({"rebound": main_ppo.get_ppo_ray_runtime_env is constants.get_ppo_ray_runtime_env
+                          and main_ppo.get_ppo_ray_runtime_env is not before,
+                          "gate": env.get("VERL_ASCEND_EXT_DISTILLATION_FIXES")}))
+    """, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_ASCEND_EXT_DISTILLATION_FIXES": "0"})
+    assert last_json(proc.stdout) == {"rebound": True, "gate": "0"}

@@ -32,11 +32,20 @@ def cluster():
         yield c, {w.node_id for w in workers}
 
 
-def run_case(address: str, case: str, **env: str) -> dict:
-    proc = subprocess.run([sys.executable, SCENARIO, address, case], env=driver_env(**env), capture_output=True,
+def run_cases(address: str, *cases: str, **env: str) -> dict:
+    proc = subprocess.run([sys.executable, SCENARIO, address, *cases], env=driver_env(**env), capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return last_json(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def with_hook(cluster) -> dict:
+    """One driver process runs the three cases (importing verl's trainer once)."""
+    c, _ = cluster
+    out = run_cases(c.address, "driver", "user", "unset")
+    assert out["status"] == "applied" and out["main_ppo_bound_to_patched"] is True
+    return out["cases"]
 
 
 def by_node(out: dict, workers: set[str]) -> tuple[dict, list[dict]]:
@@ -46,10 +55,9 @@ def by_node(out: dict, workers: set[str]) -> tuple[dict, list[dict]]:
     return probes, [probes[w] for w in workers]
 
 
-def test_gate_set_only_in_the_driver_reaches_workers_on_every_node(cluster) -> None:
-    c, workers = cluster
-    out = run_case(c.address, "driver")
-    assert out["status"] == "applied" and out["main_ppo_bound_to_patched"] is True
+def test_gate_set_only_in_the_driver_reaches_workers_on_every_node(cluster, with_hook) -> None:
+    _, workers = cluster
+    out = with_hook["driver"]
     assert out["default_env_vars"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
     probes, non_head = by_node(out, workers)
     for p in non_head:  # the raylet of a non-head node never had the gates...
@@ -58,19 +66,18 @@ def test_gate_set_only_in_the_driver_reaches_workers_on_every_node(cluster) -> N
         assert p["worker"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
 
 
-def test_user_runtime_env_value_wins(cluster) -> None:
-    c, workers = cluster
-    out = run_case(c.address, "user")
+def test_user_runtime_env_value_wins(cluster, with_hook) -> None:
+    _, workers = cluster
+    out = with_hook["user"]
     assert out["default_env_vars"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
     probes, _ = by_node(out, workers)
     for p in probes.values():  # ray_kwargs.ray_init.runtime_env.env_vars.<gate>='1' beats the driver's '0'
         assert p["worker"] == {GATE: "1", DISABLE: "padding-teacher-fields"}
 
 
-def test_nothing_injected_when_no_gate_is_set(cluster) -> None:
-    c, workers = cluster
-    out = run_case(c.address, "unset")
-    assert out["status"] == "applied"
+def test_nothing_injected_when_no_gate_is_set(cluster, with_hook) -> None:
+    _, workers = cluster
+    out = with_hook["unset"]
     assert out["default_env_vars"] == {}
     probes, _ = by_node(out, workers)
     for p in probes.values():
@@ -79,8 +86,9 @@ def test_nothing_injected_when_no_gate_is_set(cluster) -> None:
 
 def test_without_the_hook_verl_alone_loses_the_gates_on_other_nodes(cluster) -> None:
     c, workers = cluster
-    out = run_case(c.address, "driver", VERL_ASCEND_EXT_DEVICE_HOOKS="0")  # the failure this feature fixes
-    assert out["status"] == "gate-off"
+    result = run_cases(c.address, "driver", VERL_ASCEND_EXT_DEVICE_HOOKS="0")  # the failure this feature fixes
+    assert result["status"] == "gate-off"
+    out = result["cases"]["driver"]
     assert out["default_env_vars"] == {}
     _, non_head = by_node(out, workers)
     for p in non_head:

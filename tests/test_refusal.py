@@ -100,3 +100,13 @@ def test_refusal_at_discovery_stops_the_process(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "survived" not in proc.stdout
     assert f"refused patch '{pid}'" in proc.stderr
+
+
+@pytest.mark.usefixtures("require_verl_090")
+def test_unparsable_target_file_is_predicted_refused_not_a_crash(tmp_path: Path) -> None:
+    shadow = mutated_verl(tmp_path, LOSSES, "def compute_topk_loss(", "def broken(:\n\ndef compute_topk_loss(")
+    predicted = last_json(run_python(DOCTOR, pythonpath=str(shadow)).stdout)
+    assert predicted["code"] == 1
+    detail = predicted["patches"]["distill-fsdp2-topk"]["detail"]
+    assert predicted["patches"]["distill-fsdp2-topk"]["status"] == "refused"
+    assert "does not parse" in detail and str(shadow / "verl" / LOSSES) in detail

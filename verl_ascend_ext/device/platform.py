@@ -91,8 +91,8 @@ def register(platform_npu: ModuleType) -> bool:
     created = getattr(platform_manager, "_current_platform", None)
     if type(created) is platform_npu.PlatformNPU:
         logger.warning(
-            "verl-ascend-ext: verl's NPU platform was created before the plugin booted (pid-wide singleton); "
-            "the Ascend device hooks apply only to processes where verl's plugin discovery runs first "
-            "(the normal case: `import verl`)."
+            "verl-ascend-ext: verl's NPU platform object was created before the plugin booted, so this process "
+            "keeps verl's own PlatformNPU; the Ascend device hooks apply where verl's plugin discovery runs first "
+            "(the normal case: the plugin boots inside `import verl`)."
         )
     return True

@@ -133,7 +133,12 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
         stand_down = _stand_down(served, "will")
         if stand_down is not None:
             return PatchStatus(record.id, record.target, stand_down[0], stand_down[1], str(path))
-    definition = definition_in_file(path, record.qualname, inherited=True)
+    try:
+        definition = definition_in_file(path, record.qualname, inherited=True)
+    except SyntaxError as err:
+        reason = f"the file does not parse: {err.msg} at line {err.lineno}"
+        return PatchStatus(record.id, record.target, Status.REFUSED, refusal_message(record, None, str(path), reason),
+                           str(path))
     status, detail = classify(record, definition, str(path))
     if status is Status.WILL_APPLY:
         copy = _enabled_foreign_copy(record, env)
