@@ -72,7 +72,7 @@ def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> No
     PlatformNPU.is_ipc_supported = lambda self: False  # instead of npu-smi: the shared-memory path
     from verl.plugin.platform import get_platform
 
-    assert type(get_platform()) is PlatformNPU, type(get_platform())
+    assert isinstance(get_platform(), PlatformNPU), type(get_platform())  # verl's, or the device feature's subclass
     dist.init_process_group("gloo", rank=rank, world_size=world)
     import verl.workers.rollout as rollout_pkg
     from verl.workers.engine_workers import ActorRolloutRefWorker
