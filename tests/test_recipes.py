@@ -300,9 +300,15 @@ def test_gates_exported_relied_on_and_parsed_by_the_gate_parser(tmp_path: Path) 
     def statuses(env: dict[str, str]) -> dict[str, str]:
         return {f.subject: f.status for f in gate_findings(manifest, recipe.script, env)}
 
-    assert statuses({}) == {"VERL_VLLM_ASCEND_GLM52_PATCH": OK, "VERL_ASCEND_EXT_CHECKPOINT_FIXES": OK}
-    # checkpoint.strict=False relies on the export check: switching its gate off blocks the launch
+    assert statuses({}) == {"VERL_VLLM_ASCEND_GLM52_PATCH": OK, "VERL_ASCEND_EXT_CHECKPOINT_FIXES": OK,
+                            "checkpoint-export-check": OK}
+    # checkpoint.strict=False relies on the export check: switching its gate off blocks the launch,
+    # and so do the kill switch naming it and its mode set to off
     assert statuses({"VERL_ASCEND_EXT_CHECKPOINT_FIXES": "off"})["VERL_ASCEND_EXT_CHECKPOINT_FIXES"] == ERROR
+    assert statuses({"VERL_ASCEND_EXT_DISABLE": "checkpoint-export-check"})["checkpoint-export-check"] == ERROR
+    assert statuses({"VERL_ASCEND_EXT_DISABLE": "*"})["checkpoint-export-check"] == ERROR
+    assert statuses({"VERL_ASCEND_EXT_EXPORT_CHECK": " OFF "})["VERL_ASCEND_EXT_EXPORT_CHECK"] == ERROR
+    assert "VERL_ASCEND_EXT_EXPORT_CHECK" not in statuses({"VERL_ASCEND_EXT_EXPORT_CHECK": "warn"})
     bad = gate_findings(manifest, recipe.script, {"VERL_ASCEND_EXT_DISTILLATION_FIXES": "maybe"})
     assert [f.status for f in bad if f.subject == "VERL_ASCEND_EXT_DISTILLATION_FIXES"] == [ERROR]
     # a copy of the script that forgets to export the GLM-5.2 gate is caught

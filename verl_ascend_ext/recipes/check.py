@@ -119,6 +119,42 @@ def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) 
     for row in rows.values():
         if row["error"]:
             findings.append(Finding("gates", row["env"], ERROR, row["error"]))
+    findings += _expected_patch_findings(manifest, environ)
+    for var, values in manifest.forbids:
+        raw = environ.get(var)
+        if raw is not None and raw.strip().lower() in values:
+            findings.append(Finding("gates", var, ERROR, f"{var}={raw!r} switches off what this recipe relies on "
+                                    f"(see {manifest.path.name}); unset it or use error/warn"))
+    return findings
+
+
+def _expected_patch_findings(manifest: Manifest, environ: Mapping[str, str]) -> list[Finding]:
+    """Patches the recipe relies on must not be predicted off (kill switch, gate) or refused."""
+    if not manifest.expects_patches:
+        return []
+    from ..features import registry
+    from ..patching.engine import predict
+    from ..patching.gates import GateValueError, disabled_patch_ids
+
+    reg = registry()
+    try:
+        disabled = disabled_patch_ids((r.id for r in reg.records), environ)
+    except GateValueError as err:
+        return [Finding("gates", "VERL_ASCEND_EXT_DISABLE", ERROR, str(err))]
+    findings = []
+    known = {r.id for r in reg.records}
+    for patch_id in manifest.expects_patches:
+        if patch_id not in known:
+            findings.append(Finding("gates", patch_id, WARN, "the recipe relies on this patch, but no installed "
+                                    "verl-ascend-ext feature declares it"))
+            continue
+        status = predict(reg.record(patch_id), disabled, environ)
+        if status.status.value in ("disabled", "gate-off", "refused"):
+            findings.append(Finding("gates", patch_id, ERROR, f"the recipe relies on patch {patch_id}, predicted "
+                                    f"{status.status.value}: {status.detail}"))
+        else:
+            findings.append(Finding("gates", patch_id, OK,
+                                    f"predicted {status.status.value} (the recipe relies on it)"))
     return findings
 
 

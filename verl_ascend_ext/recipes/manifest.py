@@ -65,6 +65,8 @@ class Manifest:
     packages: tuple[PackagePin, ...]
     expects: tuple[str, ...] = ()  # gates the recipe relies on: they must not be off in the launch environment
     upstream: str = ""
+    expects_patches: tuple[str, ...] = ()  # patch ids that must not be predicted off or refused
+    forbids: tuple[tuple[str, tuple[str, ...]], ...] = ()  # env var -> values (lower case) that break the recipe
 
 
 def load_manifest(path: Path) -> Manifest:
@@ -100,7 +102,10 @@ def load_manifest(path: Path) -> Manifest:
                                    branch=entry.get("branch"), commit=commit, module=entry.get("module")))
     return Manifest(path=path, name=recipe["name"], title=recipe.get("title", ""), devices=devices,
                     gates=tuple(recipe.get("gates", ())), packages=tuple(packages),
-                    upstream=recipe.get("upstream", ""), expects=tuple(recipe.get("expects", ())))
+                    upstream=recipe.get("upstream", ""), expects=tuple(recipe.get("expects", ())),
+                    expects_patches=tuple(recipe.get("expects_patches", ())),
+                    forbids=tuple((var, tuple(str(v).lower() for v in values))
+                                  for var, values in dict(recipe.get("forbids", {})).items()))
 
 
 @dataclass(frozen=True)
