@@ -110,3 +110,20 @@ def test_unparsable_target_file_is_predicted_refused_not_a_crash(tmp_path: Path)
     detail = predicted["patches"]["distill-fsdp2-topk"]["detail"]
     assert predicted["patches"]["distill-fsdp2-topk"]["status"] == "refused"
     assert "does not parse" in detail and str(shadow / "verl" / LOSSES) in detail
+
+
+@pytest.mark.usefixtures("require_verl_090")
+def test_refusal_is_logged_even_when_the_importer_swallows_it(tmp_path: Path) -> None:
+    """Some importers catch exceptions (verl wraps optional imports in try/except); the refusal must still show."""
+    pid, path, old, new = MUTATIONS["topk-no-raise"]
+    shadow = mutated_verl(tmp_path, path, old, new)
+    code = """
+    import verl
+    try:
+        import verl.trainer.distillation.losses
+    except Exception as err:  # what a swallowing importer does
+        print("swallowed", type(err).__name__)
+    """
+    proc = run_python(code, pythonpath=str(shadow))
+    assert "swallowed PatchRefusedError" in proc.stdout
+    assert "ERROR" in proc.stderr and f"refused patch '{pid}'" in proc.stderr

@@ -35,9 +35,13 @@ def loaded_by() -> tuple[str, ...]:
 
 def _report(source: str):
     def report(module_name: str, results: list[PatchStatus]) -> None:
-        notable = [r for r in results if r.status in (Status.APPLIED, Status.REFUSED)]
+        refused = [r for r in results if r.status is Status.REFUSED]
         line = "; ".join(f"{r.id}: {r.status}" for r in results)
-        level = logging.WARNING if notable else logging.INFO
+        if refused:
+            level = logging.ERROR
+            line += "".join(f"\n  {r.detail}" for r in refused)
+        else:
+            level = logging.WARNING if any(r.status is Status.APPLIED for r in results) else logging.INFO
         logger.log(level, "verl-ascend-ext (pid %d, loaded by %s) on import of %s: %s",
                    os.getpid(), source, module_name, line)
 

@@ -15,8 +15,7 @@ import pluggy
 
 from . import hookspecs
 from .patching.gates import Gate
-from .patching.record import PatchRecord
-from .patching.source import split_target
+from .patching.record import PatchRecord, split_target
 from .patching.status import set_gate_defaults
 
 

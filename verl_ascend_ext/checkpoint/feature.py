@@ -9,8 +9,6 @@ from types import ModuleType
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
 from ..patching.gates import GateValueError
-from ..patching.source import definition_in_file, find_module_file
-from .export_check import MODE_ENV, export_check_mode
 
 GATE = Gate(
     "VERL_ASCEND_EXT_CHECKPOINT_FIXES",
@@ -72,6 +70,8 @@ CONFIG_WHOLE = PatchRecord(
 
 
 def _validate_mode(_module: ModuleType) -> None:
+    from .export_check import export_check_mode
+
     export_check_mode()  # a bad value stops the worker at start-up, not after hours of training at the first save
 
 
@@ -91,6 +91,8 @@ def verl_ascend_ext_import_hooks() -> list[tuple[str, object]]:
 
 
 def _strict_finding() -> dict[str, str]:
+    from ..patching.source import definition_in_file, find_module_file
+
     path = find_module_file("verl.trainer.config.config")
     definition = definition_in_file(path, "CheckpointConfig") if path else None
     if definition is None:
@@ -107,6 +109,8 @@ def _strict_finding() -> dict[str, str]:
 
 @hookimpl
 def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[dict[str, str]]:
+    from .export_check import MODE_ENV, export_check_mode
+
     try:
         mode = export_check_mode(environ)
         mode_finding = {"name": "export check", "status": "ok" if mode != "off" else "info",

@@ -22,14 +22,13 @@ import wrapt
 
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
-from .record import Fingerprint, PatchRecord, PatchStatus, Status
+from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
 from .source import (
     Definition,
     definition_in_file,
     definition_of_object,
     find_module_file,
     remembered_match,
-    split_target,
 )
 from .status import current, forget, lock, record_status, statuses, switched_off
 

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import wrapt
 
+from .errors import PatchRefusedError
 from .record import PatchRecord, PatchStatus
 
 
@@ -29,7 +30,18 @@ def _hook(
 ) -> Callable[[ModuleType], None]:
     def on_import(_module: ModuleType) -> None:
         from .engine import apply  # the engine (source reading, wrapping) loads only when a target is imported
+        from .status import current
 
-        report(module_name, [apply(record) for record in records])
+        results = []
+        try:
+            for record in records:
+                results.append(apply(record))
+        except PatchRefusedError:
+            # Report before raising: the importing code may swallow the error (verl wraps some imports
+            # in try/except), and the refusal must still be seen.
+            refused = [s for s in (current(r.id) for r in records[len(results):]) if s is not None]
+            report(module_name, results + refused[:1])
+            raise
+        report(module_name, results)
 
     return on_import

@@ -11,8 +11,6 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .source import split_target
-
 
 class Status(str, Enum):
     """What happened (in-process) or will happen (static prediction) to one patch."""
@@ -29,6 +27,14 @@ class Status(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``"pkg.mod:Qual.name"`` -> ``("pkg.mod", "Qual.name")``."""
+    module, sep, qualname = target.partition(":")
+    if not sep or not module or not qualname:
+        raise ValueError(f"patch target {target!r} must look like 'package.module:Qualified.name'")
+    return module, qualname
 
 
 @dataclass(frozen=True)

@@ -42,14 +42,6 @@ class Definition:
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
 
-def split_target(target: str) -> tuple[str, str]:
-    """``"pkg.mod:Qual.name"`` -> ``("pkg.mod", "Qual.name")``."""
-    module, sep, qualname = target.partition(":")
-    if not sep or not module or not qualname:
-        raise ValueError(f"patch target {target!r} must look like 'package.module:Qualified.name'")
-    return module, qualname
-
-
 def find_module_file(module: str) -> Path | None:
     """Path of ``module``'s source file, found without importing it or its parents.
 
