@@ -11,18 +11,10 @@ from __future__ import annotations
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
 from ..patching.record import ForeignCopy
-
-GATE = Gate(
-    "VERL_VLLM_ASCEND_GLM52_PATCH",
-    default=False,
-    doc="GLM-5.2 fixes for vLLM / vLLM-Ascend 0.23 rollout (same variable as verl 0.9.1's in-tree copy).",
-)
+from . import GATE, VERL_CAMEM_MARKER, VERL_ENABLED, VERL_MARKER
 
 DISTRIBUTION = "vllm-ascend"
 VERSIONS = ">=0.23.0,<0.23.1"  # 0.23.0 wheel and 0.23.0.post1 sdist: identical targets
-VERL_MARKER = "_verl_vllm_ascend_glm52_patched"  # verl 0.9.1's in-tree copy marks what it replaced
-VERL_CAMEM_MARKER = "_verl_camem_sleep_patched"
-VERL_ENABLED = ("1", "true", "yes")  # verl's own parsing of VERL_VLLM_ASCEND_GLM52_PATCH
 VERL_MODULE = "verl.utils.vllm.npu_vllm_patch"
 
 

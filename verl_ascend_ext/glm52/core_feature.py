@@ -11,16 +11,10 @@ from __future__ import annotations
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
 from ..patching.record import ForeignCopy
-
-GATE = Gate(
-    "VERL_VLLM_ASCEND_GLM52_PATCH",
-    default=False,
-    doc="GLM-5.2 fixes for vLLM / vLLM-Ascend 0.23 rollout (same variable as verl 0.9.1's in-tree copy).",
-)
+from . import GATE, VERL_ENABLED, VERL_MARKER
 
 DISTRIBUTION = "vllm"
 VERSIONS = ">=0.23.0,<=0.33.0"  # 0.23.0: the code to fix; 0.24.0 ... 0.33.0: the fix, recognised
-VERL_MARKER = "_verl_vllm_ascend_glm52_patched"  # set by verl 0.9.1's in-tree copy on what it installs
 UPSTREAM = "vLLM commits 6f1ada0f91 + 11d60545e2 (named by verl 0.9.1), released in vLLM 0.24.0"
 REMOVE_WHEN = "the minimum supported vLLM is 0.24.0 (doctor then reports fixed-upstream)"
 
@@ -33,7 +27,7 @@ VERL_COPY = ForeignCopy(
                   r"dp_engine_core\.execute_dummy_batch = patched_dummy_batch"),
         description="patches EngineCore.wake_up and DPEngineCoreProc.execute_dummy_batch, marker-checked",
     ),
-    enabled_by=("1", "true", "yes"),  # verl's own parsing of VERL_VLLM_ASCEND_GLM52_PATCH
+    enabled_by=VERL_ENABLED,
 )
 
 # The resume call guarded by "the executor is fully awake", directly (0.24-0.30) or through a
