@@ -37,12 +37,12 @@ def KERNEL(weights):
 '''
 
 STATICMETHOD = """
-import dataclasses, json, types, wrapt
+import json, types, wrapt
 import fake_device_op as m
 from verl_ascend_ext.glm52.ascend_feature import INDEXER_BASE
 from verl_ascend_ext.patching import Fingerprint, apply, unpatch
-record = dataclasses.replace(INDEXER_BASE, target="fake_device_op:Base.indexer_select_post_process",
-    original=dataclasses.replace(INDEXER_BASE.original, also=()), fixed=Fingerprint(contains=("never",)))
+record = INDEXER_BASE._replace(target="fake_device_op:Base.indexer_select_post_process",
+    original=INDEXER_BASE.original._replace(also=()), fixed=Fingerprint(contains=("never",)))
 sfa = types.SimpleNamespace(n_head=4, head_dim=16)  # scale = 1/2 * 1/4 = 1/8
 out = {"status": apply(record).status.value, "again": apply(record).status.value,
        "raw_is_wrapper": isinstance(vars(m.Base)["indexer_select_post_process"], wrapt.FunctionWrapper),
@@ -96,11 +96,11 @@ if _V2_MODEL_RUNNER_SUPPORTED:
 '''
 
 IMPORT_ACTION = """
-import dataclasses, json, sys
+import json, sys
 from verl_ascend_ext.glm52.ascend_feature import ROUTED_EXPERTS
 from verl_ascend_ext.patching import apply, predict
 from verl_ascend_ext.patching.lazy import install
-record = dataclasses.replace(ROUTED_EXPERTS, target="fakeworker:<module>", wrapper="fakeworker.capture",
+record = ROUTED_EXPERTS._replace(target="fakeworker:<module>", wrapper="fakeworker.capture",
                              distribution="pluggy")  # any installed distribution: predict needs one
 out = {"predicted": predict(record, frozenset(), {"VERL_VLLM_ASCEND_GLM52_PATCH": "1"}).status.value}
 if PRELOAD:

@@ -7,9 +7,9 @@ targets, a record whose gate nobody declared) into errors that name the feature 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
+from typing import NamedTuple
 
 import pluggy
 
@@ -23,8 +23,7 @@ class FeatureDeclarationError(RuntimeError):
     """A feature declared records or gates that contradict each other."""
 
 
-@dataclass(frozen=True)
-class Registry:
+class Registry(NamedTuple):
     gates: tuple[Gate, ...]
     records: tuple[PatchRecord, ...]
     import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 TRUE_VALUES = ("1", "true", "yes", "on")
 FALSE_VALUES = ("0", "false", "no", "off", "")
@@ -21,8 +21,7 @@ class GateValueError(ValueError):
     """An environment variable of this package holds a value it does not accept."""
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(NamedTuple):
     """A boolean environment switch declared by a feature."""
 
     env: str

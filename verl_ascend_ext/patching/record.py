@@ -2,14 +2,16 @@
 
 A record says what a patch is for, where it goes, which code it knows how to change, which code
 already carries the fix, and when it can go away. It holds no replacement code itself, only the
-import path of the wrapper, so that declaring a record costs nothing at start-up.
+import path of the wrapper, so that declaring a record costs nothing at start-up. Records are
+immutable NamedTuples rather than frozen dataclasses: every process of a training job defines these
+classes at discovery, and a NamedTuple class costs a fifth of a dataclass to create.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 
 class Status(str, Enum):
@@ -37,8 +39,7 @@ def split_target(target: str) -> tuple[str, str]:
     return module, qualname
 
 
-@dataclass(frozen=True)
-class Fingerprint:
+class Fingerprint(NamedTuple):
     """Recognises a definition by what its normalised source does.
 
     ``contains``: regular expressions that must all match; ``absent``: none may match. The text
@@ -76,8 +77,7 @@ class Fingerprint:
         return "; ".join(parts) or "matches"
 
 
-@dataclass(frozen=True)
-class ForeignCopy:
+class ForeignCopy(NamedTuple):
     """Another package's copy of a fix (e.g. verl's in-tree one), recognised statically by its source.
 
     ``target`` ("module:Qual.name") is the function that applies the copy; ``fingerprint`` recognises it;
@@ -92,8 +92,7 @@ class ForeignCopy:
     enabled_by: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class PatchRecord:
+class PatchRecord(NamedTuple):
     """One runtime patch, declared.
 
     ``wrapper`` is ``"module:function"`` of a wrapt-style wrapper ``(wrapped, instance, args, kwargs)``,
@@ -114,7 +113,7 @@ class PatchRecord:
     wrapper: str
     upstream: str
     remove_when: str
-    foreign_markers: tuple[str, ...] = field(default=())
+    foreign_markers: tuple[str, ...] = ()
     # "wrap": wrap the target function with ``wrapper``. "import": the target is a module's top-level
     # code ("pkg.mod:<module>"); when its original fingerprint is recognised, the engine imports the
     # module named by ``wrapper`` (a module path, no function), once, and reports its status like a wrap.
@@ -124,12 +123,12 @@ class PatchRecord:
     action: str = "wrap"
     # Marker attributes our wrapper answers True to, as class attributes of the wrapper type (the wrapped
     # function is not touched): another copy of the same fix that checks these markers stands down.
-    exposes_markers: tuple[str, ...] = field(default=())
+    exposes_markers: tuple[str, ...] = ()
     # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
     # that carries them into spawned processes: it stands down unless one of them is applied.
-    serves: tuple[str, ...] = field(default=())
+    serves: tuple[str, ...] = ()
     # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
-    foreign_copies: tuple[ForeignCopy, ...] = field(default=())
+    foreign_copies: tuple[ForeignCopy, ...] = ()
 
     @property
     def module(self) -> str:
@@ -140,8 +139,7 @@ class PatchRecord:
         return split_target(self.target)[1]
 
 
-@dataclass(frozen=True)
-class PatchStatus:
+class PatchStatus(NamedTuple):
     """The status of one patch with the reason, and where the target code was found."""
 
     id: str
