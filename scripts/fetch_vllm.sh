@@ -43,6 +43,9 @@ have_sources() {
   for f in "${KEEP[@]}"; do [ -f "$SRC/$1/$f" ] || return 1; done
 }
 
+tmp=""
+trap '[ -n "$tmp" ] && rm -rf "$tmp"' EXIT  # a failed download must not leave a 270 MB wheel behind
+
 installed_pin=$("$PY" -c "import importlib.metadata as m; print(m.version('vllm'))" 2>/dev/null || true)
 if [ "$installed_pin" != "$PINNED" ] || ! have_sources "$PINNED"; then
   tmp=$(mktemp -d)

@@ -174,3 +174,55 @@ def test_nested_key_paths_and_cycles() -> None:
         logging.getLogger("verl_ascend_ext").removeHandler(handler)
     assert out == {"a": {"b": [1]}, "loop": {}, "nan": "nan"}
     assert "a.b[1] (builtins.object)" in messages[0] and "loop.self (reference cycle)" in messages[0]
+
+
+def _write_safetensors(path, names: list[str]) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({n: torch.zeros(1) for n in names}, str(path))
+
+
+def _reference(tmp_path, names: list[str]):
+    import json
+
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    _write_safetensors(ref / "model-00001-of-00001.safetensors", names)
+    (ref / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": dict.fromkeys(names, "model-00001-of-00001.safetensors")}))
+    (ref / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    return ref
+
+
+def test_leftover_shard_does_not_stand_in_for_a_missing_tensor(tmp_path) -> None:
+    """An export with an index counts only the files its index lists (files are real safetensors)."""
+    import json
+
+    from verl_ascend_ext.checkpoint.export_check import ExportCheckError, check_export
+
+    names = ["model.layers.0.w", "model.layers.1.w"]
+    ref = _reference(tmp_path, names)
+    export = tmp_path / "export"
+    export.mkdir()
+    _write_safetensors(export / "new.safetensors", names[:1])
+    _write_safetensors(export / "old-leftover.safetensors", names)  # from an earlier save into the same dir
+    (export / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {names[0]: "new.safetensors"}}))
+    with pytest.raises(ExportCheckError, match=r"model\.layers\.1\.w"):
+        check_export(export, ref, "error")
+
+
+def test_warn_mode_never_stops_training_on_an_unreadable_export(tmp_path, caplog) -> None:
+    from verl_ascend_ext.checkpoint.export_check import ExportCheckError, check_export
+
+    ref = _reference(tmp_path, ["model.layers.0.w"])
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "model.safetensors").write_bytes(b"\xff" * 16)  # header length far beyond the file
+    before = (export / "model.safetensors").read_bytes()
+    report = check_export(export, ref, "warn")
+    assert report.ok is False
+    assert "not a complete safetensors file" in caplog.text
+    assert (export / "model.safetensors").read_bytes() == before
+    with pytest.raises(ExportCheckError, match="not a complete safetensors file"):
+        check_export(export, ref, "error")

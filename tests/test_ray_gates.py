@@ -86,7 +86,7 @@ def test_nothing_injected_when_no_gate_is_set(cluster, with_hook) -> None:
 
 def test_without_the_hook_verl_alone_loses_the_gates_on_other_nodes(cluster) -> None:
     c, workers = cluster
-    result = run_cases(c.address, "driver", VERL_ASCEND_EXT_DEVICE_HOOKS="0")  # the failure this feature fixes
+    result = run_cases(c.address, "driver", VERL_ASCEND_EXT_FORWARD_ENV="0")  # the failure this feature fixes
     assert result["status"] == "gate-off"
     out = result["cases"]["driver"]
     assert out["default_env_vars"] == {}

@@ -49,7 +49,11 @@ def _report(source: str):
 
 
 def activate(source: str = "api") -> None:
-    """Boot the plugin in this process (idempotent). Raises GateValueError on bad env values."""
+    """Boot the plugin in this process (idempotent).
+
+    Raises GateValueError on a bad variable, PatchRefusedError for a target already imported whose code is
+    not recognised, and feature declaration / import-hook errors as they are.
+    """
     with _lock:
         _loaded_by.append(source)
         if len(_loaded_by) > 1:
@@ -80,12 +84,19 @@ def _boot(source: str) -> None:
 
 
 def activate_or_exit(source: str) -> None:
-    """``activate`` for loaders that swallow exceptions (verl logs them at DEBUG): stop the process loudly."""
+    """``activate`` for loaders that swallow exceptions (verl logs them at DEBUG): stop the process loudly.
+
+    Any failure to set the plugin up (a bad variable, a refused patch, a broken feature declaration or
+    import hook) would otherwise leave training running with nothing patched and nothing said.
+    """
     try:
         activate(source)
     except (GateValueError, PatchRefusedError) as err:
         logger.error("%s", err)
         raise SystemExit(f"verl-ascend-ext: {err}") from err
+    except Exception as err:
+        logger.exception("verl-ascend-ext could not start in this process")
+        raise SystemExit(f"verl-ascend-ext could not start: {type(err).__name__}: {err}") from err
 
 
 def vllm_plugin() -> None:

@@ -20,8 +20,9 @@ another module that the record names by import path. Never import torch, vLLM, v
 torch_npu, Megatron, Ray or transformers at feature-module import time.
 
 Every hook below is called with keyword arguments only and every result list is concatenated in
-registration order. Unknown ``verl_ascend_ext_*`` hook implementations are rejected when the plugin
-manager is built (``PluginValidationError``), so a typo in a hook name cannot go unnoticed.
+registration order. A ``@hookimpl``-marked function whose name is not a hook below, or whose
+arguments are not the hook's, is rejected when the plugin manager is built
+(``PluginValidationError``); an unmarked function is not a hook implementation at all.
 """
 
 from __future__ import annotations

@@ -82,7 +82,13 @@ class _Serialiser:
     def mapping(self, value: Mapping[Any, Any], path: str) -> dict[str, Any]:
         out = {}
         for key, item in value.items():
-            name = key if isinstance(key, str) else str(self.value(key, f"{path}.<key>"))
+            if isinstance(key, str):
+                name = key
+            else:
+                key_value = self.value(key, f"{path}.<key {type(key).__name__}>")
+                if key_value is _SKIP:
+                    continue  # named in the warning by self.value; never written under a made-up name
+                name = str(key_value)
             converted = self.value(item, f"{path}.{name}" if path else name)
             if converted is not _SKIP:
                 out[name] = converted

@@ -55,15 +55,29 @@ def safetensors_names(path: Path) -> set[str]:
         if len(head) != 8:
             raise ExportCheckError(f"{path} is not a safetensors file (shorter than its 8-byte header length)")
         (size,) = struct.unpack("<Q", head)
-        header = json.loads(f.read(size))
+        if size > os.fstat(f.fileno()).st_size - 8:
+            raise ExportCheckError(f"{path} is not a complete safetensors file (header length {size} exceeds the file)")
+        try:
+            header = json.loads(f.read(size))
+        except ValueError as err:
+            raise ExportCheckError(f"{path} has an unreadable safetensors header: {err}") from err
+    if not isinstance(header, dict):
+        raise ExportCheckError(f"{path} has a safetensors header that is not a JSON object")
     return {name for name in header if name != "__metadata__"}
+
+
+def _index_names(index: Path) -> set[str]:
+    try:
+        return set(json.loads(index.read_text())["weight_map"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ExportCheckError(f"{index} is not a readable safetensors index (needs a 'weight_map'): {err!r}") from err
 
 
 def reference_names(reference: Path) -> set[str]:
     """Tensor names of the reference checkpoint: its safetensors index, or the header of its single file."""
     index = reference / INDEX
     if index.is_file():
-        return set(json.loads(index.read_text())["weight_map"])
+        return _index_names(index)
     files = sorted(reference.glob("*.safetensors"))
     if len(files) == 1 and files[0].name == "model.safetensors":
         return safetensors_names(files[0])  # the Hugging Face single-file layout has no index by convention
@@ -76,9 +90,26 @@ def reference_names(reference: Path) -> set[str]:
 
 
 def exported_names(export: Path) -> set[str]:
-    """Tensor names actually written: the headers of every ``.safetensors`` file in the export directory."""
+    """Tensor names actually written, read from the headers of the export's files.
+
+    With an index, only the files it lists count (a shard left over from an earlier save into the same
+    directory must not stand in for a tensor this export lacks); each must exist. Without one, every
+    ``*.safetensors`` file of the directory is read.
+    """
+    index = export / INDEX
+    if index.is_file():
+        try:
+            files = sorted({str(f) for f in json.loads(index.read_text())["weight_map"].values()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ExportCheckError(f"{index} is not a readable safetensors index: {err!r}") from err
+        absent = [f for f in files if not (export / f).is_file()]
+        if absent:
+            raise ExportCheckError(f"the export index {index} lists files that were not written: {', '.join(absent)}")
+        paths = [export / f for f in files]
+    else:
+        paths = sorted(export.glob("*.safetensors"))
     names: set[str] = set()
-    for path in sorted(export.glob("*.safetensors")):
+    for path in paths:
         names |= safetensors_names(path)
     return names
 
@@ -109,17 +140,16 @@ def report_path_for(export: Path) -> Path:
 def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
     """Compare ``export`` with ``reference``, write the report beside the export, act per ``mode``."""
     export_dir, reference_dir = Path(export), Path(reference)
-    config_file = reference_dir / "config.json"
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
     try:
+        config = _reference_config(reference_dir)
         want = reference_names(reference_dir)
+        have = exported_names(export_dir)
     except ExportCheckError as err:
         if mode == "error":
             raise
-        logger.warning("%s", err)
-        return ExportReport(export=str(export_dir), reference=str(reference_dir),
-                            model_type=config.get("model_type"), mode=mode, ok=False)
-    have = exported_names(export_dir)
+        logger.warning("%s", err)  # warn mode: a check that cannot run never stops training
+        return ExportReport(export=str(export_dir), reference=str(reference_dir), model_type=None, mode=mode,
+                            ok=False)
     declared = omissions_for(config)
     missing, omitted = [], []
     for name in sorted(want - have):
@@ -130,8 +160,11 @@ def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[st
         declared_omissions=[f"{o.family}: {o.description}" for o in declared],
     )
     path = report_path_for(export_dir)
-    path.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
-    report.report_path = str(path)
+    try:
+        path.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
+        report.report_path = str(path)
+    except OSError as err:
+        logger.warning("verl-ascend-ext export check: report not written (%s): %s", path, err)
     if report.extra:
         logger.warning("verl-ascend-ext export check: %d tensor(s) in %s are not in the reference %s: %s",
                        len(report.extra), export_dir, reference_dir, _show(report.extra))
@@ -151,6 +184,19 @@ def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[st
                                    f"or set {MODE_ENV}=warn to save anyway.")
         logger.warning("%s", message)
     return report
+
+
+def _reference_config(reference: Path) -> dict[str, Any]:
+    config_file = reference / "config.json"
+    if not config_file.is_file():
+        return {}
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:
+        raise ExportCheckError(f"{config_file} is not readable JSON: {err}") from err
+    if not isinstance(config, dict):
+        raise ExportCheckError(f"{config_file} is not a JSON object")
+    return config
 
 
 def _show(names: list[str]) -> str:

@@ -70,8 +70,13 @@ CONFIG_WHOLE = PatchRecord(
 
 
 def _validate_mode(_module: ModuleType) -> None:
+    from ..patching.record import Status
+    from ..patching.status import current
     from .export_check import export_check_mode
 
+    decided = current(EXPORT_CHECK.id)
+    if decided is not None and decided.status in (Status.GATE_OFF, Status.DISABLED):
+        return  # the check is off in this process: its mode does not matter
     export_check_mode()  # a bad value stops the worker at start-up, not after hours of training at the first save
 
 

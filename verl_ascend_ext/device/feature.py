@@ -22,8 +22,15 @@ from ..patching.gates import GateValueError, parse_bool
 GATE = Gate(
     "VERL_ASCEND_EXT_DEVICE_HOOKS",
     default=True,
-    doc="Ascend device hooks: verl's NPU platform subclassed (allocator settings warn once instead of failing "
-    "quietly, gates in the rollout env) and this package's gates carried into every Ray worker of a PPO job.",
+    doc="Ascend device hooks: verl's NPU platform subclassed (a failing allocator setting warns once per process "
+    "with the torch_npu version and the fix; this package's variables in the rollout env).",
+)
+# Separate from the device hooks: switching those off must not stop the other gates (GLM-5.2's among them)
+# from reaching the workers on other nodes.
+FORWARD_GATE = Gate(
+    "VERL_ASCEND_EXT_FORWARD_ENV",
+    default=True,
+    doc="Carry this package's variables set in the driver into every Ray worker of a PPO job (runtime env).",
 )
 
 PLATFORM_MODULE = "verl.plugin.platform.platform_npu"
@@ -35,7 +42,7 @@ RAY_RUNTIME_ENV = PatchRecord(
     why="verl leaves driver-set variables out of the Ray runtime env, assuming inheritance that only a local Ray "
     "gives: on other nodes this package's gates are missing and those workers silently run unpatched code.",
     target="verl.trainer.constants_ppo:get_ppo_ray_runtime_env",
-    gate=GATE.env,
+    gate=FORWARD_GATE.env,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(
@@ -67,7 +74,7 @@ def _on_platform_module(module: ModuleType) -> None:
 
 
 def _on_main_ppo(module: ModuleType) -> None:
-    if not GATE.read():
+    if not FORWARD_GATE.read():
         return
     from .ray_env import rebind_main_ppo
 
@@ -76,7 +83,7 @@ def _on_main_ppo(module: ModuleType) -> None:
 
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
-    return [GATE]
+    return [GATE, FORWARD_GATE]
 
 
 @hookimpl

@@ -220,10 +220,10 @@ def apply(record: PatchRecord) -> PatchStatus:
         if mine == record.id:
             return current(record.id) or _set(record, Status.APPLIED, "already wrapped in this process")
         if mine is not None:
-            raise PatchRefusedError(
-                f"verl-ascend-ext: {record.target} is already wrapped by patch '{mine}'; "
-                f"patch '{record.id}' declares the same target. Declare one patch per target."
-            )
+            message = (f"verl-ascend-ext: {record.target} is already wrapped by patch '{mine}'; "
+                       f"patch '{record.id}' declares the same target. Declare one patch per target.")
+            _set(record, Status.REFUSED, message)
+            raise PatchRefusedError(message)
         marker = _foreign_marker(record, owner, live)
         if marker is not None:
             return _set(record, Status.ALREADY_APPLIED, f"another copy of this fix is in place (marker {marker})")

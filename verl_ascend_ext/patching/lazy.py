@@ -11,8 +11,7 @@ from types import ModuleType
 
 import wrapt
 
-from .errors import PatchRefusedError
-from .record import PatchRecord, PatchStatus
+from .record import PatchRecord, PatchStatus, Status
 
 
 def install(records: Iterable[PatchRecord], report: Callable[[str, list[PatchStatus]], None]) -> list[str]:
@@ -30,17 +29,21 @@ def _hook(
 ) -> Callable[[ModuleType], None]:
     def on_import(_module: ModuleType) -> None:
         from .engine import apply  # the engine (source reading, wrapping) loads only when a target is imported
-        from .status import current
+        from .status import current, record_status
 
         results = []
         try:
             for record in records:
                 results.append(apply(record))
-        except PatchRefusedError:
+        except Exception as err:
             # Report before raising: the importing code may swallow the error (verl wraps some imports
-            # in try/except), and the refusal must still be seen.
-            refused = [s for s in (current(r.id) for r in records[len(results):]) if s is not None]
-            report(module_name, results + refused[:1])
+            # in try/except), and the refusal or failure must still be seen.
+            failed = records[len(results)]
+            status = current(failed.id)
+            if status is None or status.status is not Status.REFUSED:
+                detail = f"could not be applied: {type(err).__name__}: {err}"
+                status = record_status(PatchStatus(failed.id, failed.target, Status.REFUSED, detail))
+            report(module_name, [*results, status])
             raise
         report(module_name, results)
 

@@ -17,7 +17,9 @@ import importlib.util
 import json
 import logging
 import os
+import socket
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -89,7 +91,7 @@ def _collect(body: list[ast.stmt], prefix: str, out: dict[str, ast.AST]) -> None
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = f"{prefix}{node.name}"
-            out.setdefault(name, node)  # first definition wins, like a reader of the file expects
+            out[name] = node  # a later definition rebinds the name, as executing the module does
             if isinstance(node, ast.ClassDef):
                 _collect(node.body, f"{name}.", out)
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
@@ -98,7 +100,7 @@ def _collect(body: list[ast.stmt], prefix: str, out: dict[str, ast.AST]) -> None
             _collect(nested, prefix, out)
 
 
-INDEX_FORMAT = 1  # bump when the normalisation changes: older on-disk indexes are then ignored
+INDEX_FORMAT = 2  # bump when the normalisation changes: older on-disk indexes are then ignored
 INDEX_DIR_ENV = "VERL_ASCEND_EXT_CACHE"
 
 
@@ -147,7 +149,7 @@ def remembered_match(patterns: tuple[tuple[str, ...], tuple[str, ...]], text: st
     _matches[key] = verdict
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
-        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp = store.with_suffix(f".{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tmp.write_text(json.dumps({**_read_verdicts(store), **_matches}), encoding="utf-8")
         os.replace(tmp, store)  # concurrent writers: the last one wins, no file is ever half-written
     except OSError as err:
@@ -187,7 +189,7 @@ def _parse_cached(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, i
     result = _parse(path)
     try:
         index.parent.mkdir(parents=True, exist_ok=True)
-        tmp = index.with_suffix(f".{os.getpid()}.tmp")
+        tmp = index.with_suffix(f".{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tmp.write_text(json.dumps(result), encoding="utf-8")
         os.replace(tmp, index)
     except OSError as err:

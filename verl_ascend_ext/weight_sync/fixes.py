@@ -105,7 +105,8 @@ def _shim_for(module: ModuleType) -> _NoFullGC:
 
 def cleanup_without_full_gc(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """Bucketed sender/receiver ``_cleanup`` with its ``gc.collect()`` skipped (this thread, this call only)."""
-    shim = _shim_for(sys.modules[type(instance).__module__])
+    # the module whose global ``gc`` the cleanup code reads: where the method is defined, not the instance's class
+    shim = _shim_for(sys.modules[getattr(wrapped, "__module__", None) or type(instance).__module__])
     shim.skip.depth = getattr(shim.skip, "depth", 0) + 1
     try:
         return wrapped(*args, **kwargs)

@@ -22,6 +22,7 @@ export VERL_VLLM_ASCEND_GLM52_PATCH=1
 PYTHON=${PYTHON:-python3}
 VERL_ASCEND=${VERL_ASCEND:-verl-ascend}
 MODEL_PATH=${MODEL_PATH:-$HOME/models/GLM-5.2}
+SAVE_FREQ=${SAVE_FREQ:--1}
 TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k/train.parquet}
 VAL_FILE=${VAL_FILE:-$TRAIN_FILE}
 CKPT_DIR=${CKPT_DIR:-$HOME/ckpt/glm5_2_grpo}
@@ -214,7 +215,9 @@ TRAINER=(
     trainer.default_local_dir="$CKPT_DIR"
     trainer.rollout_data_dir="$ROLLOUT_DATA_DIR"
     trainer.resume_mode=auto
-    trainer.save_freq=-1
+    # -1 (upstream's choice) never saves; with a positive SAVE_FREQ every save exports HF weights and
+    # runs the export check that makes checkpoint.strict=False safe.
+    trainer.save_freq="$SAVE_FREQ"
     trainer.test_freq=-1
     trainer.val_before_train=False
     trainer.balance_batch=False
@@ -256,7 +259,9 @@ fi
 # ---- preflight: config against the installed verl, installed packages against manifest.toml ----
 "$VERL_ASCEND" recipe check "$RECIPE" "${CHECK_ARGS[@]}" -- "$@" >&2
 
-CMD=("$PYTHON" -m verl.trainer.main_ppo --config-name="$CONFIG_NAME" "${OVERRIDES[@]}" "$@")
+# `env` carries what this script exports, so the command printed by DRY_RUN=1 is the whole launch.
+CMD=(env "VERL_VLLM_ASCEND_GLM52_PATCH=$VERL_VLLM_ASCEND_GLM52_PATCH"
+    "$PYTHON" -m verl.trainer.main_ppo --config-name="$CONFIG_NAME" "${OVERRIDES[@]}" "$@")
 if [ "${DRY_RUN:-0}" = 1 ]; then
     printf '%q ' "${CMD[@]}"
     printf '\n'

@@ -195,14 +195,20 @@ case "${VERL_ASCEND_RECIPE_DEVICE_CHECK:-1}" in
         exit 2
         ;;
 esac
+# The bridge's export renames some Qwen3.5 keys (see checkpoint.strict below) and no omissions are declared
+# for Qwen3.5 yet: the export check reports (JSON beside the export, warning) instead of failing the save.
+export VERL_ASCEND_EXT_EXPORT_CHECK="${VERL_ASCEND_EXT_EXPORT_CHECK:-warn}"
+LAUNCH_ENV=("VERL_ASCEND_EXT_EXPORT_CHECK=$VERL_ASCEND_EXT_EXPORT_CHECK")
 if [ "$DEVICE" = npu ]; then
     export CPU_AFFINITY_CONF=1
+    LAUNCH_ENV+=(CPU_AFFINITY_CONF=1)
 fi
 
 # ---- preflight: config against the installed verl, installed packages against manifest.toml ----
 "$VERL_ASCEND" recipe check "$RECIPE" "${CHECK_ARGS[@]}" -- "$@" >&2
 
-CMD=("$PYTHON" -m verl.trainer.main_ppo --config-name="$CONFIG_NAME" "${OVERRIDES[@]}" "$@")
+# `env` carries what this script exports, so the command printed by DRY_RUN=1 is the whole launch.
+CMD=(env "${LAUNCH_ENV[@]}" "$PYTHON" -m verl.trainer.main_ppo --config-name="$CONFIG_NAME" "${OVERRIDES[@]}" "$@")
 if [ "${DRY_RUN:-0}" = 1 ]; then
     printf '%q ' "${CMD[@]}"
     printf '\n'
