@@ -70,6 +70,7 @@ def test_prediction_agrees_with_the_real_process() -> None:
         import verl.trainer.distillation.losses, verl.trainer.ppo.padding_utils
         print(json.dumps({k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items()}))
     """).stdout)
+    assert set(predicted) == {"distill-fsdp2-topk", "padding-teacher-fields"}
     expected = {k: ("applied" if v == "will-apply" else v) for k, v in predicted.items()}
     assert {k: live[k] for k in expected} == expected
 

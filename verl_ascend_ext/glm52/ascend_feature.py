@@ -45,6 +45,7 @@ RMSNORM = PatchRecord(
     versions=VERSIONS,
     original=Fingerprint(
         contains=(r"if residual is not None:",
+                  r"residual = torch\.ops\.vllm\.maybe_chunk_residual\(x, residual\)",  # the replacement calls it too
                   r"npu_add_rms_norm_bias\(x, residual, self\.weight, self\.bias, self\.variance_epsilon\)",
                   r"torch_npu\.npu_add_rms_norm\(x, residual, self\.weight, self\.variance_epsilon\)",
                   r"return \(x, residual\)"),
