@@ -26,6 +26,7 @@ logger = logging.getLogger("verl_ascend_ext")
 
 _lock = threading.Lock()
 _loaded_by: list[str] = []
+_hooks_registered = False
 
 
 def loaded_by() -> tuple[str, ...]:
@@ -61,7 +62,8 @@ def activate(source: str = "api") -> None:
         try:
             _boot(source)
         except BaseException:
-            _loaded_by.clear()  # a failed boot may be retried after the user fixes the environment
+            if not _hooks_registered:
+                _loaded_by.clear()  # nothing registered yet: a retry after the user fixes the environment is clean
             raise
 
 
@@ -78,6 +80,8 @@ def _boot(source: str) -> None:
             continue
         record_status(PatchStatus(record.id, record.target, Status.PENDING, f"waiting for import of {record.module}"))
         active.append(record)
+    global _hooks_registered
+    _hooks_registered = True  # from here on a retry would register every hook twice
     install(active, _report(source))
     for module_name, callback in reg.import_hooks:
         wrapt.register_post_import_hook(callback, module_name)
