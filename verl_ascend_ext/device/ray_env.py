@@ -18,12 +18,13 @@ from types import ModuleType
 from typing import Any
 
 from .env import package_env
+from .feature import RAY_RUNTIME_ENV
 
 logger = logging.getLogger("verl_ascend_ext.device")
 
 CONSTANTS = "verl.trainer.constants_ppo"
 FUNCTION = "get_ppo_ray_runtime_env"
-RECORD_ID = "ray-runtime-env-gates"
+RECORD_ID = RAY_RUNTIME_ENV.id
 
 
 def forward_gates(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

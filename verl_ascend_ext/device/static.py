@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..patching.source import definition_in_file, find_module_file
+from .feature import PLATFORM_MODULE
 
-PLATFORM_MODULE = "verl.plugin.platform.platform_npu"
 NEEDED_METHODS = ("set_allocator_settings", "rollout_env_vars")
 REGISTRATION = "@PlatformRegistry.register(platform='huawei')"
 

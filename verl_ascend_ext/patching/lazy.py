@@ -14,14 +14,13 @@ import wrapt
 from .record import PatchRecord, PatchStatus, Status
 
 
-def install(records: Iterable[PatchRecord], report: Callable[[str, list[PatchStatus]], None]) -> list[str]:
-    """Register one post-import hook per target module; return the module names hooked."""
+def install(records: Iterable[PatchRecord], report: Callable[[str, list[PatchStatus]], None]) -> None:
+    """Register one post-import hook per target module."""
     by_module: dict[str, list[PatchRecord]] = {}
     for record in records:
         by_module.setdefault(record.module, []).append(record)
     for module_name, module_records in by_module.items():
         wrapt.register_post_import_hook(_hook(module_name, tuple(module_records), report), module_name)
-    return list(by_module)
 
 
 def _hook(

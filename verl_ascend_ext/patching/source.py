@@ -39,10 +39,6 @@ class Definition:
     def where(self) -> str:
         return f"{self.path}:{self.lineno}"
 
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
-
 
 def find_module_file(module: str) -> Path | None:
     """Path of ``module``'s source file, found without importing it or its parents.
