@@ -1,6 +1,6 @@
 """The engine on the shapes the vLLM-Ascend records need, on plain Python modules written to a temp dir.
 
-Real: the engine (apply / unpatch / lazy post-import hooks / predict / doctor), wrapt, our wrappers,
+Real: the engine (apply / unpatch / lazy post-import hooks / predict / doctor), our replacements,
 fresh interpreters. The modules are small stand-ins with the same shapes as vLLM-Ascend's (a
 staticmethod on a base class with an overriding and an inheriting subclass; a package whose
 ``__init__`` skips an import), because vLLM-Ascend itself cannot be imported without an NPU.
@@ -37,15 +37,17 @@ def KERNEL(weights):
 '''
 
 STATICMETHOD = """
-import json, types, wrapt
+import json, types
 import fake_device_op as m
+from verl_ascend_ext.patching.replacement import MARKER
 from verl_ascend_ext.glm52.ascend_feature import INDEXER_BASE
 from verl_ascend_ext.patching import Fingerprint, apply, unpatch
 record = INDEXER_BASE._replace(target="fake_device_op:Base.indexer_select_post_process",
     original=INDEXER_BASE.original._replace(also=()), fixed=Fingerprint(contains=("never",)))
 sfa = types.SimpleNamespace(n_head=4, head_dim=16)  # scale = 1/2 * 1/4 = 1/8
 out = {"status": apply(record).status.value, "again": apply(record).status.value,
-       "raw_is_wrapper": isinstance(vars(m.Base)["indexer_select_post_process"], wrapt.FunctionWrapper),
+       "raw_is_wrapper": type(vars(m.Base)["indexer_select_post_process"]) is staticmethod
+                         and getattr(vars(m.Base)["indexer_select_post_process"].__func__, MARKER) == record.id,
        "base": m.Base.indexer_select_post_process(sfa, 0, 0, 0, 8.0, ()),
        "instance": m.Base().indexer_select_post_process(sfa, 0, 0, 0, 8.0, ()),
        "keyword": m.Base.indexer_select_post_process(sfa, 0, 0, 0, weights=8.0, kv_cache=()),

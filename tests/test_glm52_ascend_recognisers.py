@@ -61,6 +61,18 @@ MUTATIONS = [
      "            weights,\n            q_li_shape_ori,\n"),
     ("cp-calls-device-operator", {CP}, SFA_CP, "        q = q_li\n",
      "        q = q_li\n        DeviceOperator.indexer_select_post_process  # noqa\n"),
+    # "scaled exactly once" is decided at patch time: code where one scaled callee could reach another is refused
+    ("indexer-base-delegates", {BASE}, DEVICE_OP,
+     "        indexer_scale_cache_idx = 2 if packed_kv_cache else 3\n",  # first: BaseDeviceAdaptor's
+     "        indexer_scale_cache_idx = 2 if packed_kv_cache else 3\n"
+     "        if FALLBACK is not None:\n            return FALLBACK.indexer_select_post_process(sfa_impl, q_li, "
+     "q_li_scale, q_li_shape_ori, weights, kv_cache)\n"),
+    ("cp-execute-reaches-device-operator", {CP}, SFA_CP,
+     "    def _execute_indexer_select(self, q, key, weights, actual_seq_lengths_query, actual_seq_lengths_key, "
+     "block_table):\n",
+     "    def _execute_indexer_select(self, q, key, weights, actual_seq_lengths_query, actual_seq_lengths_key, "
+     "block_table):\n        if self.route_through_device_operator:\n"
+     "            return DeviceOperator.indexer_select_post_process(self, q, None, None, weights, key)\n"),
     ("cp-execute-signature", {CP}, SFA_CP, "def _execute_indexer_select(self, q, key, weights,",
      "def _execute_indexer_select(self, key, q, weights,"),
     ("cp-caller-other-scale", {CP}, SFA_CP, WEIGHTS, "        weights = kw[:, self.head_dim :] * self.scale\n"),

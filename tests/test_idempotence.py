@@ -22,13 +22,17 @@ LOADERS = {
 }
 
 CHECK = """
-import json, wrapt
+import json
 import verl.trainer.distillation.losses as L, verl.trainer.ppo.padding_utils as P
 from verl_ascend_ext.boot import loaded_by
+from verl_ascend_ext.patching.replacement import MARKER
+
+def ours(obj):
+    return getattr(obj, MARKER, None) is not None
 
 def depth(obj):
     n = 0
-    while isinstance(obj, wrapt.FunctionWrapper):
+    while ours(obj):
         n, obj = n + 1, obj.__wrapped__
     return n
 
@@ -48,7 +52,7 @@ def count_reads(fn):
     return len(reads)
 
 innermost = L.compute_topk_loss
-while isinstance(innermost, wrapt.FunctionWrapper):
+while ours(innermost):
     innermost = innermost.__wrapped__
 replacement_calls = count_reads(L.compute_topk_loss) - count_reads(innermost)
 print(json.dumps({"topk_depth": depth(L.compute_topk_loss), "pad_depth": depth(P.construct_minimal_padding_template),

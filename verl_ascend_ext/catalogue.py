@@ -14,6 +14,13 @@ what each patch will do on an install.
 """
 
 
+RUNS = {
+    True: "traced: inside the model forward that torch.compile traces and graphs capture; the replacement is a plain "
+    "function, tested eagerly and under torch.compile(fullgraph=True)",
+    False: "eagerly only (not inside a compiled model forward)",
+}
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -29,6 +36,7 @@ def render() -> str:
             f"| why | {_cell(record.why)} |",
             f"| target | `{record.target}` ({record.distribution} {record.versions}) |",
             f"| gate | `{record.gate}` |",
+            f"| runs | {RUNS[record.traced]} |",
             f"| patches code that | {_cell(record.original.description)} |",
             f"| stands down when | {_cell(record.fixed.description)}"
             + (f"; or marker `{'`, `'.join(record.foreign_markers)}` present" if record.foreign_markers else "")

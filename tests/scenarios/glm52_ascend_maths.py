@@ -3,8 +3,9 @@
 Real: the method bodies of vLLM-Ascend 0.23.0 (``AscendRMSNorm.forward_oot``, the device adaptors'
 ``indexer_select_post_process``, ``AscendSFACPImpl._execute_indexer_select``,
 ``AscendSFAImpl.process_weights_after_loading``, ``dispose_layer``/``dispose_tensor``,
-``CaMemAllocator.sleep``), read from the released wheel's files and executed here; our wrappers from
-verl_ascend_ext.glm52, wrapped with wrapt exactly as the engine does; torch on CPU.
+``CaMemAllocator.sleep``), read from the released wheel's files and executed here; our patch code from
+verl_ascend_ext.glm52, installed behind the replacement functions the engine builds (``replacement.build``);
+torch on CPU. (Applying through the engine itself, and under torch.compile: glm52_ascend_compiled.py.)
 Simulated: only NPU calls (tests/scenarios/npu_test_double.py) and the few module globals those
 bodies name (stubs below). ``self`` is a small object with the attributes the body reads.
 Usage: glm52_ascend_maths.py <vllm-ascend source tree>; prints one JSON object.
@@ -21,16 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import wrapt
 
 sys.path.insert(0, str(Path(__file__).parent))
 import npu_test_double as npu
 
-from verl_ascend_ext.glm52 import ascend_camem, ascend_layernorm, ascend_sfa
-from verl_ascend_ext.patching.source import definitions
+torch_npu = npu.install()  # before the replacement modules: they import torch_npu, as on an NPU node
+
+from verl_ascend_ext.glm52 import ascend_camem, ascend_layernorm, ascend_sfa  # noqa: E402
+from verl_ascend_ext.patching.replacement import build  # noqa: E402
+from verl_ascend_ext.patching.source import definitions  # noqa: E402
 
 TREE = Path(sys.argv[1])
-torch_npu = npu.install()
 out: dict[str, Any] = {}
 
 
@@ -42,6 +44,11 @@ def real(rel: str, qualname: str, namespace: dict) -> Any:
         return namespace[qualname]
     exec("class _Holder:\n" + textwrap.indent(text, "    "), namespace)
     return vars(namespace.pop("_Holder"))[qualname.rsplit(".", 1)[1]]
+
+
+def replaced(live: Any, impl: Any) -> Any:
+    """What the engine installs in place of ``live`` (a function or staticmethod) for patch code ``impl``."""
+    return build(impl, live, "test", ())
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -65,7 +72,7 @@ class Norm:  # the attributes AscendRMSNorm.__init__ sets
 
 
 class PatchedNorm(Norm):
-    forward_oot = wrapt.FunctionWrapper(forward_oot, ascend_layernorm.add_then_rms_norm)
+    forward_oot = replaced(forward_oot, ascend_layernorm.add_then_rms_norm)
 
 
 g = torch.Generator().manual_seed(0)
@@ -109,8 +116,8 @@ BaseDeviceAdaptor = type("BaseDeviceAdaptor", (), {"indexer_select_post_process"
 A5DeviceAdaptor = type("A5DeviceAdaptor", (BaseDeviceAdaptor,), {"indexer_select_post_process": a5_op})
 Ascend310PDeviceAdaptor = type("Ascend310PDeviceAdaptor", (BaseDeviceAdaptor,), {})
 for cls in (BaseDeviceAdaptor, A5DeviceAdaptor):  # what engine.apply does with vars(cls)[name]
-    cls.indexer_select_post_process = wrapt.FunctionWrapper(vars(cls)["indexer_select_post_process"],
-                                                             ascend_sfa.scale_device_operator_weights)
+    cls.indexer_select_post_process = replaced(vars(cls)["indexer_select_post_process"],
+                                           ascend_sfa.scale_device_operator_weights)
 
 sfa = types.SimpleNamespace(n_head=64, head_dim=128, use_torch_npu_lightning_indexer=True)
 weights = torch.randn(16, 64, generator=g).to(torch.bfloat16)
@@ -135,11 +142,6 @@ got = kernel_weights(lambda: BaseDeviceAdaptor().indexer_select_post_process(
     attn_metadata=meta, actual_seq_lengths_query=rest[2], actual_seq_lengths_key=rest[3],
     enable_sparse_li_c8=False, use_torch_npu_lightning_indexer=True))
 indexer["keywords_via_instance"] = same(got, upstream)
-twice = wrapt.FunctionWrapper(BaseDeviceAdaptor.__dict__["indexer_select_post_process"],
-                              ascend_sfa.scale_device_operator_weights)  # a second wrapper stacked on ours
-got = kernel_weights(lambda: twice(sfa, q_li, None, None, weights, *rest))
-indexer["stacked_twice_scales_once"] = same(got, upstream)
-
 # context parallel: the released _execute_indexer_select on row slices, as AscendSFACPImpl calls it
 cp_exec = real("vllm_ascend/attention/context_parallel/sfa_cp.py", "AscendSFACPImpl._execute_indexer_select",
                {"torch": torch, "torch_npu": torch_npu})
@@ -147,7 +149,7 @@ cp_exec = real("vllm_ascend/attention/context_parallel/sfa_cp.py", "AscendSFACPI
 
 class CPImpl:
     n_head, head_dim, use_torch_npu_lightning_indexer = 64, 128, True
-    _execute_indexer_select = wrapt.FunctionWrapper(cp_exec, ascend_sfa.scale_cp_indexer_weights)
+    _execute_indexer_select = replaced(cp_exec, ascend_sfa.scale_cp_indexer_weights)
 
 
 cp = CPImpl()
@@ -158,15 +160,6 @@ cp._execute_indexer_select(q=q_li[5:], key=None, weights=weights[5:], actual_seq
 indexer["cp_slices_equal_upstream"] = same(torch.cat(npu.INDEXER_WEIGHTS), upstream)
 
 
-class CPReachingDeviceOperator(CPImpl):  # if the CP path ever calls DeviceOperator inside: still once
-    def _inner(self, q, key, weights, *args):
-        return BaseDeviceAdaptor.indexer_select_post_process(sfa, q, None, None, weights, *rest)
-
-    _execute_indexer_select = wrapt.FunctionWrapper(_inner, ascend_sfa.scale_cp_indexer_weights)
-
-
-got = kernel_weights(lambda: CPReachingDeviceOperator()._execute_indexer_select(q_li, None, weights))
-indexer["cp_then_device_operator_scales_once"] = same(got, upstream)
 out["indexer"] = indexer
 
 # ---------------------------------------------------------------- kv_b_proj kept alive
@@ -205,7 +198,7 @@ class SFA:
 
 
 class PatchedSFA:
-    process_weights_after_loading = wrapt.FunctionWrapper(process, ascend_sfa.keep_kv_b_proj)
+    process_weights_after_loading = replaced(process, ascend_sfa.keep_kv_b_proj)
 
 
 def update_weights(layer: Any) -> str:
@@ -238,7 +231,7 @@ class OtherLayers:  # the original also disposes other layers (fused_qkv_a_proj,
         dispose_layer(self.kv_b_proj)
         dispose_layer(self.q_proj)
 
-    dispose_all = wrapt.FunctionWrapper(dispose_all, ascend_sfa.keep_kv_b_proj)
+    dispose_all = replaced(dispose_all, ascend_sfa.keep_kv_b_proj)
 
 
 other = OtherLayers()
@@ -265,7 +258,7 @@ sleep = real("vllm_ascend/device_allocator/camem.py", "CaMemAllocator.sleep", ca
 
 def allocator(wrap: bool) -> Any:
     cls = type("CaMemAllocator", (), {"default_tag": "default", "sleep_persistent_tag": "persistent",
-                                      "sleep": wrapt.FunctionWrapper(sleep, ascend_camem.synchronize_before_sleep)
+                                      "sleep": replaced(sleep, ascend_camem.synchronize_before_sleep)
                                       if wrap else sleep})
     camem_ns["CaMemAllocator"] = cls
     alloc = cls()

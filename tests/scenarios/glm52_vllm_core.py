@@ -39,13 +39,13 @@ def our_statuses() -> dict[str, str]:
 
 
 def patch_layers(obj) -> int:
-    """How many patch layers (ours: wrapt wrappers; verl's: marked functions with __wrapped__) sit on obj."""
-    import wrapt
+    """How many patch layers (ours or verl's: marked functions with __wrapped__) sit on obj."""
+    from verl_ascend_ext.patching.replacement import MARKER as OURS
 
     obj = getattr(obj, "__func__", obj)
     n = 0
     while True:
-        ours = isinstance(obj, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper))
+        ours = getattr(obj, OURS, None) is not None
         verls = getattr(obj, MARKER, False) and hasattr(obj, "__wrapped__")
         if ours or verls:
             n, obj = n + 1, obj.__wrapped__

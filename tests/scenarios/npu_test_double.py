@@ -1,11 +1,18 @@
-"""TEST DOUBLE for the NPU-only calls the GLM-5.2 vLLM-Ascend replacements make, with CPU reference maths.
+"""TEST DOUBLE for the NPU-only calls the GLM-5.2 vLLM-Ascend code makes, with CPU reference maths.
 
-Simulated (no NPU here): ``torch_npu.npu_rms_norm``, ``torch_npu.npu_add_rms_norm``,
-``torch.ops._C_ascend.npu_add_rms_norm_bias`` (the fused ops normalise the float32 sum before it is
-rounded to the input dtype, as the issue describes the NPU kernels), ``torch_npu.npu_lightning_indexer``
-(records the weights it receives), ``torch_npu.npu_format_cast`` (identity), ``torch.npu``
-(``synchronize``/``empty_cache`` recorded in an event list) and ``torch.ops.vllm.maybe_chunk_residual``
-(returns the residual, which is what vLLM-Ascend's implementation does outside a forward context).
+Simulated (no NPU here), each as a torch custom op with a fake (meta) implementation, so that
+torch.compile traces around it as it traces around the real NPU kernels:
+- ``torch_npu.npu_rms_norm`` (``npu::npu_rms_norm``): float32 RMSNorm, rounded to the input dtype;
+- ``torch_npu.npu_add_rms_norm`` (``npu::npu_add_rms_norm``) and ``torch.ops._C_ascend.npu_add_rms_norm_bias``:
+  the fused add-and-norm, which normalises the float32 sum before it is rounded (the behaviour the
+  GLM-5.2 RMSNorm fix removes);
+- ``torch_npu.npu_lightning_indexer`` (``npu::npu_lightning_indexer``): returns, in place of top-k
+  indices, the weights it received as float32 (and records them in ``INDEXER_WEIGHTS`` when it runs),
+  so a test sees whether the weights reached the kernel scaled;
+- ``torch_npu.npu_rotary_mul`` (``npu::npu_rotary_mul``): rotate-half rotary embedding;
+- ``torch.ops.vllm.maybe_chunk_residual``: returns the residual (vLLM-Ascend's behaviour outside a
+  forward context);
+- ``torch_npu.npu_format_cast``: identity; ``torch.npu``: ``synchronize``/``empty_cache`` recorded in ``EVENTS``.
 ``install()`` puts the double in ``sys.modules['torch_npu']``: call it only in a throw-away interpreter.
 """
 
@@ -18,56 +25,106 @@ import torch
 
 EVENTS: list[str] = []
 INDEXER_WEIGHTS: list[torch.Tensor] = []
+Tensor = torch.Tensor
 
 
-def rms_norm_reference(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_reference(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
     """float32 RMSNorm of ``x`` (any dtype), returned in float32."""
     xf = x.float()
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * gamma.float()
 
 
-def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + epsilon)
-    return rms_norm_reference(x, gamma, epsilon).to(x.dtype), rstd
-
-
-def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
-                     epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fused_add_rms_norm(x1: Tensor, x2: Tensor, gamma: Tensor, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
     total = x1.float() + x2.float()  # normalised before rounding: the fused behaviour
     rstd = torch.rsqrt(total.pow(2).mean(-1, keepdim=True) + epsilon)
     return rms_norm_reference(total, gamma, epsilon).to(x1.dtype), rstd, total.to(x1.dtype)
 
 
-def npu_lightning_indexer(*, query, key, weights, **kwargs):
-    INDEXER_WEIGHTS.append(weights.clone())
-    return torch.zeros(query.shape[0], 1, dtype=torch.int32), None
-
-
-def npu_format_cast(tensor: torch.Tensor, _format: int) -> torch.Tensor:
-    return tensor
-
-
 def _register_ops() -> None:
-    @torch.library.custom_op("vllm::maybe_chunk_residual", mutates_args=())
-    def maybe_chunk_residual(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    lib = torch.library
+
+    @lib.custom_op("npu::npu_rms_norm", mutates_args=())
+    def npu_rms_norm(x: Tensor, gamma: Tensor, epsilon: float = 1e-6) -> tuple[Tensor, Tensor]:
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + epsilon)
+        return rms_norm_reference(x, gamma, epsilon).to(x.dtype), rstd
+
+    @npu_rms_norm.register_fake
+    def _(x, gamma, epsilon=1e-6):
+        return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+    @lib.custom_op("npu::npu_add_rms_norm", mutates_args=())
+    def npu_add_rms_norm(x1: Tensor, x2: Tensor, gamma: Tensor, epsilon: float = 1e-6) -> tuple[Tensor, Tensor,
+                                                                                                  Tensor]:
+        return _fused_add_rms_norm(x1, x2, gamma, epsilon)
+
+    @npu_add_rms_norm.register_fake
+    def _(x1, x2, gamma, epsilon=1e-6):
+        return torch.empty_like(x1), x1.new_empty((*x1.shape[:-1], 1), dtype=torch.float32), torch.empty_like(x1)
+
+    @lib.custom_op("_C_ascend::npu_add_rms_norm_bias", mutates_args=())
+    def npu_add_rms_norm_bias(x: Tensor, residual: Tensor, gamma: Tensor, beta: Tensor | None,
+                              epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
+        y, rstd, total = _fused_add_rms_norm(x, residual, gamma, epsilon)
+        return (y + beta if beta is not None else y), rstd, total
+
+    @npu_add_rms_norm_bias.register_fake
+    def _(x, residual, gamma, beta, epsilon):
+        return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32), torch.empty_like(x)
+
+    @lib.custom_op("vllm::maybe_chunk_residual", mutates_args=())
+    def maybe_chunk_residual(x: Tensor, residual: Tensor) -> Tensor:
         return residual.clone()
 
-    @torch.library.custom_op("_C_ascend::npu_add_rms_norm_bias", mutates_args=())
-    def npu_add_rms_norm_bias(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
-                              beta: torch.Tensor | None, epsilon: float) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                   torch.Tensor]:
-        y, rstd, total = npu_add_rms_norm(x, residual, gamma, epsilon)
-        return (y + beta if beta is not None else y), rstd, total
+    @maybe_chunk_residual.register_fake
+    def _(x, residual):
+        return torch.empty_like(residual)
+
+    @lib.custom_op("npu::npu_lightning_indexer", mutates_args=())
+    def npu_lightning_indexer(query: Tensor, key: Tensor | None, weights: Tensor,
+                              actual_seq_lengths_query: Tensor | None, actual_seq_lengths_key: Tensor | None,
+                              block_table: Tensor | None,
+                              layout_query: str, layout_key: str, sparse_count: int,
+                              sparse_mode: int) -> tuple[Tensor, Tensor]:
+        INDEXER_WEIGHTS.append(weights.detach().clone())
+        return weights.float().clone(), weights.new_zeros((1,), dtype=torch.float32)
+
+    @npu_lightning_indexer.register_fake
+    def _(query, key, weights, actual_seq_lengths_query, actual_seq_lengths_key, block_table, layout_query,
+          layout_key, sparse_count, sparse_mode):
+        return weights.new_empty(weights.shape, dtype=torch.float32), weights.new_empty((1,), dtype=torch.float32)
+
+    @lib.custom_op("npu::npu_rotary_mul", mutates_args=())
+    def npu_rotary_mul(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        first, second = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+    @npu_rotary_mul.register_fake
+    def _(x, cos, sin):
+        return torch.empty_like(x)
+
+
+def npu_lightning_indexer(*, query, key, weights, actual_seq_lengths_query=None, actual_seq_lengths_key=None,
+                          block_table=None, layout_query="BSND", layout_key="BSND", sparse_count=2048, sparse_mode=3):
+    """torch_npu's keyword-only Python entry point, forwarding to the custom op (as torch_npu's wrappers do)."""
+    return torch.ops.npu.npu_lightning_indexer(query, key, weights, actual_seq_lengths_query, actual_seq_lengths_key,
+                                               block_table, layout_query, layout_key, sparse_count, sparse_mode)
+
+
+def npu_format_cast(tensor: Tensor, _format: int) -> Tensor:
+    return tensor
 
 
 def install() -> types.ModuleType:
     """Install ``torch_npu`` (this double), the custom ops and ``torch.npu``; return the double."""
+    _register_ops()
     module = types.ModuleType("torch_npu")
     module.__doc__ = "TEST DOUBLE of torch_npu (tests/scenarios/npu_test_double.py)"
-    for name in ("npu_rms_norm", "npu_add_rms_norm", "npu_lightning_indexer", "npu_format_cast"):
-        setattr(module, name, globals()[name])
+    module.npu_rms_norm = torch.ops.npu.npu_rms_norm
+    module.npu_add_rms_norm = torch.ops.npu.npu_add_rms_norm
+    module.npu_rotary_mul = torch.ops.npu.npu_rotary_mul
+    module.npu_lightning_indexer = npu_lightning_indexer
+    module.npu_format_cast = npu_format_cast
     sys.modules["torch_npu"] = module
-    _register_ops()
     torch.npu = types.SimpleNamespace(synchronize=lambda: EVENTS.append("synchronize"),  # type: ignore[attr-defined]
                                       empty_cache=lambda: EVENTS.append("empty_cache"))
     return module

@@ -139,8 +139,8 @@ def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> No
         "statuses": {k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items()
                      if k.startswith("weight-sync-")},
         "wrapped": {
-            "update_weights": hasattr(vars(ActorRolloutRefWorker)["update_weights"], "_self_verl_ascend_ext_patch"),
-            "cleanup": hasattr(bwt.BucketedWeightSender._cleanup, "_self_verl_ascend_ext_patch"),
+            "update_weights": hasattr(vars(ActorRolloutRefWorker)["update_weights"], "_verl_ascend_ext_patch"),
+            "cleanup": hasattr(bwt.BucketedWeightSender._cleanup, "_verl_ascend_ext_patch"),
         },
         "still_coroutine_function": inspect.iscoroutinefunction(method),
         "dispatch_attrs_kept": getattr(method, MAGIC_ATTR, None) is not None,

@@ -36,6 +36,7 @@ EXPORT_CHECK = PatchRecord(
     wrapper="verl_ascend_ext.checkpoint.fixes:check_hf_export",
     upstream="none (this package's addition)",
     remove_when="verl or Megatron-Bridge validate exports with per-model declared omissions",
+    traced=False,
 )
 
 CONFIG_WHOLE = PatchRecord(
@@ -66,6 +67,7 @@ CONFIG_WHOLE = PatchRecord(
     wrapper="verl_ascend_ext.checkpoint.fixes:save_config_whole",
     upstream="none yet (verl 0.9.0 and 0.9.1 both drop nested configs)",
     remove_when="verl's _to_json_safe_config_value serialises to_dict objects and dataclasses",
+    traced=False,
 )
 
 

@@ -21,12 +21,10 @@ def _reference_dir(manager: Any) -> str | None:
     return None
 
 
-def check_hf_export(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:
     """Run verl's bridge export, then compare what it wrote with the reference checkpoint (rank 0 only)."""
     mode = export_check_mode()
-    result = wrapped(*args, **kwargs)
-    if instance is None:  # called through the class: MegatronCheckpointManager._save_model_as_hf_via_bridge(self, p)
-        instance, args = args[0], args[1:]
+    result = original(instance, *args, **kwargs)
     bridge_export = not getattr(instance, "vanilla_bridge", False) and getattr(instance, "peft_cls", None) is None
     if mode == "off" or not bridge_export or getattr(instance, "rank", 0) != 0:
         return result
@@ -45,7 +43,7 @@ def check_hf_export(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> A
     return result
 
 
-def save_config_whole(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+def save_config_whole(original: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """``_to_json_safe_config_dict`` that serialises nested configs instead of dropping them."""
     config_dict = kwargs["config_dict"] if "config_dict" in kwargs else args[0]
     return config_to_json_safe(config_dict)

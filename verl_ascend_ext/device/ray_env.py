@@ -27,9 +27,9 @@ FUNCTION = "get_ppo_ray_runtime_env"
 RECORD_ID = RAY_RUNTIME_ENV.id
 
 
-def forward_gates(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def forward_gates(original: Any, *args: Any, **kwargs: Any) -> Any:
     """``get_ppo_ray_runtime_env`` plus every package variable set in this process (verl's values kept)."""
-    runtime_env = wrapped(*args, **kwargs)
+    runtime_env = original(*args, **kwargs)
     ours = package_env()
     if ours:
         env_vars = runtime_env.setdefault("env_vars", {})
@@ -50,7 +50,7 @@ def rebind_main_ppo(main_ppo: ModuleType) -> None:
     constants = sys.modules.get(CONSTANTS)
     patched = getattr(constants, FUNCTION, None)
     bound = getattr(main_ppo, FUNCTION, None)
-    from ..patching.engine import MARKER
+    from ..patching.replacement import MARKER
 
     ours = getattr(patched, MARKER, None) == RECORD_ID
     if ours and bound is not None and bound is not patched and getattr(patched, "__wrapped__", None) is bound:

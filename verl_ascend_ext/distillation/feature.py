@@ -33,6 +33,7 @@ FSDP2_TOPK = PatchRecord(
     wrapper="verl_ascend_ext.distillation.fixes:topk_loss_fsdp2_as_fsdp",
     upstream="verl PR #7837 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
+    traced=False,
 )
 
 TEACHER_PADDING = PatchRecord(
@@ -59,6 +60,7 @@ TEACHER_PADDING = PatchRecord(
     wrapper="verl_ascend_ext.distillation.fixes:rebuild_teacher_fields",
     upstream="verl PR #7858 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
+    traced=False,
 )
 
 

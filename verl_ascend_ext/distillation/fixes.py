@@ -18,20 +18,16 @@ class _StrategyView:
         return getattr(self._config, name)
 
 
-def topk_loss_fsdp2_as_fsdp(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def topk_loss_fsdp2_as_fsdp(original: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
     """``compute_topk_loss`` for ``strategy='fsdp2'``: run verl's own code as for ``'fsdp'`` (FSDP2 is FSDP)."""
-    if args:
-        config, rest = args[0], args[1:]
-    else:
-        config, rest = kwargs.pop("config"), ()
     if getattr(config, "strategy", None) == "fsdp2":
         config = _StrategyView(config, "fsdp")
-    return wrapped(config, *rest, **kwargs)
+    return original(config, *args, **kwargs)
 
 
-def rebuild_teacher_fields(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def rebuild_teacher_fields(original: Any, *args: Any, **kwargs: Any) -> Any:
     """Rebuild teacher fields of the padding template at its sequence length (EOS ids, zero log-probs)."""
-    template_sample, template_tag = wrapped(*args, **kwargs)
+    template_sample, template_tag = original(*args, **kwargs)
     eos_token_id = kwargs["eos_token_id"] if "eos_token_id" in kwargs else args[2]
     seq_len = template_sample["input_ids"].size(0)
     teacher_ids = template_sample.get("teacher_ids")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def synchronize_before_sleep(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """wrapt wrapper: ``torch.npu.synchronize()``, then the original ``sleep`` (which unmaps and releases memory).
+def synchronize_before_sleep(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.npu.synchronize()``, then the original ``sleep`` (which unmaps and releases memory).
 
     Kernels still queued on the device (e.g. the last forward, or a weight copy) may use memory that
     ``sleep`` offloads and unmaps; waiting for them first is what makes the unmap safe.
@@ -17,4 +17,4 @@ def synchronize_before_sleep(wrapped: Any, instance: Any, args: tuple, kwargs: d
     import torch
 
     torch.npu.synchronize()
-    return wrapped(*args, **kwargs)
+    return original(self, *args, **kwargs)

@@ -64,6 +64,7 @@ RMSNORM = PatchRecord(
     wrapper="verl_ascend_ext.glm52.ascend_layernorm:add_then_rms_norm",
     upstream=UPSTREAM_GLM52,
     remove_when=REMOVE_GLM52,
+    traced=True,
     foreign_markers=(VERL_MARKER,),
     exposes_markers=(VERL_MARKER,),
     foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_ascend_rms_norm\(layernorm\)",
@@ -93,6 +94,7 @@ KV_B_PROJ = PatchRecord(
     wrapper="verl_ascend_ext.glm52.ascend_sfa:keep_kv_b_proj",
     upstream=UPSTREAM_GLM52,
     remove_when=REMOVE_GLM52,
+    traced=False,
     foreign_markers=(VERL_MARKER,),
     exposes_markers=(VERL_MARKER,),
     foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_sfa_kv_b_proj_disposal\(sfa_v1\)",
@@ -113,7 +115,8 @@ def _device_operator_record(adaptor: str) -> PatchRecord:
         original=Fingerprint(
             contains=(r"^@staticmethod\ndef indexer_select_post_process\(sfa_impl, q_li: [^\n]*?, q_li_scale: "
                       r"[^\n]*?, q_li_shape_ori: [^\n]*?, weights: ", r"weights=weights"),
-            absent=(ANY_SCALE,),
+            # no scaling and no delegation to another adaptor's method (which would then scale a second time)
+            absent=(ANY_SCALE, r"\.indexer_select_post_process\("),
             also=(Fingerprint(
                 at=SFA_CALLER,
                 contains=(r"weights = kw\[:, self\.head_dim:\]\n",
@@ -134,6 +137,7 @@ def _device_operator_record(adaptor: str) -> PatchRecord:
         wrapper="verl_ascend_ext.glm52.ascend_sfa:scale_device_operator_weights",
         upstream=UPSTREAM_GLM52,
         remove_when=REMOVE_GLM52,
+        traced=True,
         foreign_markers=(VERL_MARKER,),
         exposes_markers=(VERL_MARKER,),
         foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_sfa_indexer_scale\(sfa_v1\)",
@@ -156,7 +160,8 @@ INDEXER_CP = PatchRecord(
     versions=VERSIONS,
     original=Fingerprint(
         contains=(r"^def _execute_indexer_select\(self, q, key, weights, ", r"weights=weights"),
-        absent=(ANY_SCALE,),
+        # a CP path reaching DeviceOperator would be scaled there too: refused at patch time, not guarded at run time
+        absent=(ANY_SCALE, r"DeviceOperator\."),
         also=(Fingerprint(
             at=CP_CALLER,
             contains=(r"weights = kw\[:, self\.head_dim:\]\n", r"self\._execute_indexer_select\("),
@@ -175,6 +180,7 @@ INDEXER_CP = PatchRecord(
     wrapper="verl_ascend_ext.glm52.ascend_sfa:scale_cp_indexer_weights",
     upstream="none found (verl 0.9.1's in-tree copy does not cover the CP path either)",
     remove_when=REMOVE_GLM52,
+    traced=True,
     foreign_markers=(VERL_MARKER,),
 )
 
@@ -201,6 +207,7 @@ CAMEM_SLEEP = PatchRecord(
     wrapper="verl_ascend_ext.glm52.ascend_camem:synchronize_before_sleep",
     upstream="none found",
     remove_when="the minimum supported vLLM-Ascend synchronises in CaMemAllocator.sleep (doctor: fixed-upstream)",
+    traced=False,
     foreign_markers=(VERL_CAMEM_MARKER,),
     exposes_markers=(VERL_CAMEM_MARKER,),
     foreign_copies=(_verl_copy("patch_camem_sleep", r"camem\.torch\.npu\.synchronize\(\)",
@@ -234,6 +241,7 @@ ROUTED_EXPERTS = PatchRecord(
     "main2main')",
     remove_when="the minimum supported vLLM-Ascend imports the capture patch with vLLM 0.23, or vLLM > 0.23.0 is "
     "required (it then reports already-applied)",
+    traced=False,
     action="import",
     foreign_copies=(_verl_copy("apply_npu_vllm_patches", r"if _glm52_patch_enabled\(\):\n\s+import "
                                r"vllm_ascend\.patch\.worker\.patch_routed_experts_capture\n",

@@ -5,19 +5,11 @@ Imported only when one of these patches is applied (inside a vLLM-Ascend process
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any
 
-# Set while a scaling wrapper runs: a nested one (the CP path reaching DeviceOperator, or a second
-# wrapper stacked on the same function) passes the weights through instead of scaling them again.
-_scaling: ContextVar[bool] = ContextVar("verl_ascend_ext_glm52_indexer_scaling", default=False)
 
-DEVICE_OPERATOR_WEIGHTS = 4  # indexer_select_post_process(sfa_impl, q_li, q_li_scale, q_li_shape_ori, weights, ...)
-CP_WEIGHTS = 2  # AscendSFACPImpl._execute_indexer_select(self, q, key, weights, ...) without self
-
-
-def keep_kv_b_proj(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """wrapt wrapper of ``AscendSFAImpl.process_weights_after_loading``: ``kv_b_proj`` comes out with its weights.
+def keep_kv_b_proj(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``AscendSFAImpl.process_weights_after_loading`` whose ``kv_b_proj`` comes out with its weights.
 
     The original rebuilds ``W_UV``/``W_UK_T`` from ``kv_b_proj`` and then disposes every tensor attribute
     of that layer to shape [0] (``dispose_layer``); an RL weight update reloads ``kv_b_proj`` and calls
@@ -26,13 +18,13 @@ def keep_kv_b_proj(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
     objects after it, so weight loaders keep working; the memory is the memory the layer had before.
     Other layers the original disposes (``fused_qkv_a_proj``, ``q_proj``) stay disposed.
     """
-    layer = getattr(instance, "kv_b_proj", None)
+    layer = getattr(self, "kv_b_proj", None)
     if layer is None:
-        return wrapped(*args, **kwargs)
+        return original(self, *args, **kwargs)
     import torch
 
     kept = {name: value.detach() for name, value in _tensor_attributes(layer, torch.Tensor)}
-    result = wrapped(*args, **kwargs)
+    result = original(self, *args, **kwargs)
     with torch.no_grad():
         for name, alias in kept.items():
             tensor = getattr(layer, name, None)
@@ -56,34 +48,24 @@ def scale_weights(weights: Any, sfa_impl: Any) -> Any:
     return weights * (sfa_impl.n_head**-0.5) * (sfa_impl.head_dim**-0.5)
 
 
-def _call_scaled(wrapped: Any, sfa_impl: Any, position: int, args: tuple, kwargs: dict) -> Any:
-    if _scaling.get():
-        return wrapped(*args, **kwargs)
-    if "weights" in kwargs:
-        kwargs = {**kwargs, "weights": scale_weights(kwargs["weights"], sfa_impl)}
-    else:
-        args = (*args[:position], scale_weights(args[position], sfa_impl), *args[position + 1:])
-    token = _scaling.set(True)
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        _scaling.reset(token)
+def scale_device_operator_weights(original: Any, sfa_impl: Any, q_li: Any, q_li_scale: Any, q_li_shape_ori: Any,
+                                  weights: Any, *args: Any, **kwargs: Any) -> Any:
+    """The staticmethod ``<Adaptor>.indexer_select_post_process`` with ``weights`` scaled on entry.
 
-
-def scale_device_operator_weights(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """wrapt wrapper of the staticmethod ``<Adaptor>.indexer_select_post_process``: scale ``weights`` once.
-
-    wrapt passes a staticmethod's arguments unchanged (``instance`` is None), so ``sfa_impl`` is the
-    first argument and ``weights`` the fifth (or a keyword).
+    Runs traced (inside the attention of the compiled model), so "exactly once" is decided when the
+    patch is applied, never at run time: the record recognises only adaptor code that hands the weights
+    straight to the kernels (no scaling, no call into another adaptor's method), the engine puts one
+    replacement on a target at most, and a foreign copy's marker makes it stand down.
     """
-    sfa_impl = kwargs["sfa_impl"] if "sfa_impl" in kwargs else args[0]
-    return _call_scaled(wrapped, sfa_impl, DEVICE_OPERATOR_WEIGHTS, args, kwargs)
+    return original(sfa_impl, q_li, q_li_scale, q_li_shape_ori, scale_weights(weights, sfa_impl), *args, **kwargs)
 
 
-def scale_cp_indexer_weights(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """wrapt wrapper of ``AscendSFACPImpl._execute_indexer_select(self, q, key, weights, ...)``: scale once.
+def scale_cp_indexer_weights(original: Any, self: Any, q: Any, key: Any, weights: Any, *args: Any,
+                             **kwargs: Any) -> Any:
+    """``AscendSFACPImpl._execute_indexer_select(self, q, key, weights, ...)`` with ``weights`` scaled on entry.
 
     The CP path calls it on row slices of the weights (decode / prefill / head / tail); scaling is
     elementwise, so scaling each slice equals scaling the whole tensor first, as upstream's fix does.
+    The record refuses a CP path that reaches DeviceOperator (whose patch would scale a second time).
     """
-    return _call_scaled(wrapped, instance, CP_WEIGHTS, args, kwargs)
+    return original(self, q, key, scale_weights(weights, self), *args, **kwargs)

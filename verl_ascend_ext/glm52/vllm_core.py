@@ -1,6 +1,7 @@
 """Replacement code of the GLM-5.2 vLLM-core patches (imported only when a patch applies, or by a spawned child).
 
-``resume_only_when_awake`` and ``skip_dummy_batch_while_asleep`` are wrapt wrappers; ``run_engine_core``
+``resume_only_when_awake`` and ``skip_dummy_batch_while_asleep`` are patch code the engine installs behind
+plain-function replacements (they run eagerly, in the engine-core busy loop); ``run_engine_core``
 is a module-level function installed as ``staticmethod`` on ``EngineCoreProc``: multiprocessing spawn
 pickles a target by module and qualname, so the child imports this module and runs this function.
 """
@@ -12,30 +13,29 @@ from typing import Any
 ENTRY_PATCH_ID = "glm52-vllm-engine-core-entry"
 
 
-def resume_only_when_awake(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+def resume_only_when_awake(original: Any, self: Any, tags: list[str] | None = None) -> None:
     """``EngineCore.wake_up`` as vLLM 0.24.0 has it: resume scheduling only when the executor is fully awake.
 
     Re-implements the whole method (the original's last statement resumes unconditionally); the record's
     fingerprint admits only the exact vLLM 0.23.0 body, so everything else is the same code.
     """
-    tags = args[0] if args else kwargs.get("tags")
     if tags is not None and "scheduling" in tags:
         tags = [t for t in tags if t != "scheduling"]
     if tags is None or tags:
-        instance.model_executor.wake_up(tags)
-    if not instance.model_executor.is_sleeping:
-        instance.resume_scheduler()
+        self.model_executor.wake_up(tags)
+    if not self.model_executor.is_sleeping:
+        self.resume_scheduler()
 
 
-def skip_dummy_batch_while_asleep(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def skip_dummy_batch_while_asleep(original: Any, self: Any) -> Any:
     """``DPEngineCoreProc.execute_dummy_batch``: no dummy forward while the executor sleeps.
 
     The busy loop around it (wave bookkeeping, the DP all-reduce of unfinished requests) runs unchanged,
     as in vLLM 0.24.0 where only the dummy forward is skipped.
     """
-    if instance.model_executor.is_sleeping:
+    if self.model_executor.is_sleeping:
         return None
-    return wrapped(*args, **kwargs)
+    return original(self)
 
 
 def run_engine_core(*args: Any, **kwargs: Any) -> Any:

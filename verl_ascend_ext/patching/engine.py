@@ -2,14 +2,14 @@
 
 ``predict`` reads the installed source file (doctor, login nodes); ``apply`` looks at the live object
 after its module was imported. Both hand the definition they found to ``classify``, so a prediction
-and what really happens cannot disagree. ``apply`` wraps with wrapt, marks the wrapper with the
-patch id, refuses (raises) on code it does not recognise, and is a no-op when the target already
-carries our wrapper or a foreign marker. ``unpatch`` restores only our own wrapper (tests).
+and what really happens cannot disagree. ``apply`` installs a plain-function replacement that
+torch.compile traces (``replacement``), marked with the patch id, refuses (raises) on code it does not
+recognise or on a replacement dynamo would bypass, and is a no-op when the target already carries our
+replacement or a foreign marker. ``unpatch`` restores only our own replacement (tests).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.metadata
 import os
@@ -18,11 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import wrapt
-
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
 from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
+from .replacement import MARKER, UntraceableReplacementError, build, untraceable
 from .source import (
     Definition,
     definition_in_file,
@@ -32,16 +31,14 @@ from .source import (
 )
 from .status import current, forget, lock, record_status, statuses, switched_off
 
-MARKER = "_self_verl_ascend_ext_patch"  # wrapt stores `_self_*` attributes on the proxy, not the wrapped function
-
 
 @dataclass
 class _Applied:
     owner: Any
     name: str
-    original: Any
     had_own_attribute: bool
-    wrapper: Any
+    installed: Any  # the raw attribute we set
+    replaced: Any  # the raw attribute we replaced (restored by unpatch), e.g. a staticmethod object
 
 
 _applied: dict[str, _Applied] = {}  # patch id -> what we replaced
@@ -216,7 +213,7 @@ def apply(record: PatchRecord) -> PatchStatus:
             message = refusal_message(record, None, where, f"'{record.qualname}' is not defined there")
             _set(record, Status.REFUSED, message)
             raise PatchRefusedError(message) from None
-        mine = getattr(live, MARKER, None)
+        mine = getattr(getattr(live, "__func__", live), MARKER, None)  # on the function, also for a staticmethod
         if mine == record.id:
             return current(record.id) or _set(record, Status.APPLIED, "already wrapped in this process")
         if mine is not None:
@@ -239,20 +236,29 @@ def apply(record: PatchRecord) -> PatchStatus:
         if status is Status.FIXED_UPSTREAM:
             return _set(record, status, detail, definition.where if definition else "")
         module_name, _, func_name = record.wrapper.partition(":")
-        wrapper_fn = getattr(importlib.import_module(module_name), func_name)
+        impl = getattr(importlib.import_module(module_name), func_name)
+        where = definition.where if definition else record.module
         if record.action == "staticmethod":
             if not isinstance(live, staticmethod):
-                message = refusal_message(record, definition, definition.where if definition else record.module,
-                                          f"it is a {type(live).__name__}, not a staticmethod")
+                reason = f"it is a {type(live).__name__}, not a staticmethod"
+                message = refusal_message(record, definition, where, reason)
                 _set(record, Status.REFUSED, message)
                 raise PatchRefusedError(message)
-            wrapper = staticmethod(wrapper_fn)
+            raw = staticmethod(impl)
         else:
-            wrapper = _wrapper_type(record.exposes_markers)(live, wrapper_fn)
-        setattr(wrapper, MARKER, record.id)
+            raw = build(impl, live, record.id, record.exposes_markers)
+        problem = untraceable(raw, impl, record.traced)
+        if problem is not None:
+            message = (f"verl-ascend-ext refused patch '{record.id}': {problem} ({record.wrapper} for {record.target} "
+                       f"at {where}). Nothing was changed. Fix: the replacement must be a plain function that "
+                       f"passes state explicitly; or run without this fix by setting {DISABLE_ENV}={record.id}.")
+            _set(record, Status.REFUSED, message)
+            raise UntraceableReplacementError(message)
+        if record.action == "staticmethod":
+            setattr(impl, MARKER, record.id)
         had_own = not isinstance(owner, type) or name in vars(owner)
-        setattr(owner, name, wrapper)
-        _applied[record.id] = _Applied(owner, name, live, had_own, wrapper)
+        setattr(owner, name, raw)
+        _applied[record.id] = _Applied(owner, name, had_own, raw, live)
         return _set(record, Status.APPLIED, detail, definition.where if definition else "")
 
 
@@ -264,25 +270,11 @@ def _served_status(patch_id: str) -> PatchStatus:
     return known
 
 
-@functools.cache
-def _wrapper_type(markers: tuple[str, ...]) -> type[wrapt.FunctionWrapper]:
-    """A FunctionWrapper type whose instances (and their bound forms) answer True to ``markers``.
-
-    Setting an attribute on a wrapt proxy writes through to the wrapped function; class attributes of
-    the wrapper type are found by normal lookup first and leave the original untouched.
-    """
-    if not markers:
-        return wrapt.FunctionWrapper
-    flags = dict.fromkeys(markers, True)
-    bound = type("MarkedBoundFunctionWrapper", (wrapt.BoundFunctionWrapper,), dict(flags))
-    return type("MarkedFunctionWrapper", (wrapt.FunctionWrapper,), {**flags, "__bound_function_wrapper__": bound})
-
-
 def original(patch_id: str) -> Any:
     """The raw attribute ``patch_id`` replaced in this process (e.g. the staticmethod object), or None."""
     with lock:
         done = _applied.get(patch_id)
-        return None if done is None else done.original
+        return None if done is None else done.replaced
 
 
 def _apply_import(record: PatchRecord) -> PatchStatus:
@@ -314,10 +306,10 @@ def unpatch(patch_id: str) -> bool:
             return False
         installed = (vars(done.owner).get(done.name) if isinstance(done.owner, type)
                      else getattr(done.owner, done.name, None))
-        if installed is not done.wrapper:
+        if installed is not done.installed:
             return False
         if done.had_own_attribute:
-            setattr(done.owner, done.name, done.original)
+            setattr(done.owner, done.name, done.replaced)
         else:
             delattr(done.owner, done.name)
         return True
@@ -326,6 +318,7 @@ def unpatch(patch_id: str) -> bool:
 __all__ = [
     "GateValueError",
     "PatchRefusedError",
+    "UntraceableReplacementError",
     "apply",
     "classify",
     "fingerprint_matches",

@@ -95,10 +95,14 @@ class ForeignCopy(NamedTuple):
 class PatchRecord(NamedTuple):
     """One runtime patch, declared.
 
-    ``wrapper`` is ``"module:function"`` of a wrapt-style wrapper ``(wrapped, instance, args, kwargs)``,
-    imported only when the patch is applied. ``foreign_markers`` are attribute names other patchers
-    (e.g. verl's in-tree copy of the same fix) set on the object they replaced: seeing one means the
-    fix is in place already and we stand down.
+    ``wrapper`` is ``"module:function"`` of the patch code ``impl(original, *args, **kwargs)`` (for a method
+    ``args[0]`` is ``self``), imported only when the patch is applied; the engine installs a plain function
+    calling it (``replacement.build``), which torch.compile traces. ``traced`` says whether the target can
+    run inside a model forward that torch.compile traces or a graph captures (True) or only eagerly
+    (False): a traced replacement must not read a ContextVar, a thread-local or the call stack, and is
+    tested eagerly and under ``torch.compile(fullgraph=True)``. ``foreign_markers`` are attribute names
+    other patchers (e.g. verl's in-tree copy of the same fix) set on the object they replaced: seeing one
+    means the fix is in place already and we stand down.
     """
 
     id: str
@@ -113,6 +117,7 @@ class PatchRecord(NamedTuple):
     wrapper: str
     upstream: str
     remove_when: str
+    traced: bool
     foreign_markers: tuple[str, ...] = ()
     # "wrap": wrap the target function with ``wrapper``. "import": the target is a module's top-level
     # code ("pkg.mod:<module>"); when its original fingerprint is recognised, the engine imports the
@@ -121,8 +126,8 @@ class PatchRecord(NamedTuple):
     # ``staticmethod(function)`` in its place, so it pickles by reference (e.g. as a multiprocessing spawn
     # target); the function reaches the original through ``engine.original(record.id)``.
     action: str = "wrap"
-    # Marker attributes our wrapper answers True to, as class attributes of the wrapper type (the wrapped
-    # function is not touched): another copy of the same fix that checks these markers stands down.
+    # Marker attributes set to True on our replacement function (the original is not touched): another copy
+    # of the same fix that checks these markers stands down.
     exposes_markers: tuple[str, ...] = ()
     # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
     # that carries them into spawned processes: it stands down unless one of them is applied.

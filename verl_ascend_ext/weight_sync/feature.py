@@ -45,6 +45,7 @@ KV_BARRIER = PatchRecord(
     wrapper="verl_ascend_ext.weight_sync.fixes:barrier_before_kv_resume",
     upstream="verl PR #7851 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
+    traced=False,
 )
 
 LIGHT_EMPTY_CACHE = PatchRecord(
@@ -75,6 +76,7 @@ LIGHT_EMPTY_CACHE = PatchRecord(
     wrapper="verl_ascend_ext.weight_sync.fixes:light_empty_cache_in_update_weights",
     upstream="verl PR #7864 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
+    traced=False,
 )
 
 
@@ -99,6 +101,7 @@ def _bucket_record(side: str) -> PatchRecord:
         wrapper="verl_ascend_ext.weight_sync.fixes:cleanup_without_full_gc",
         upstream="verl PR #7873 (in verl 0.9.1)",
         remove_when="the minimum supported verl is 0.9.1",
+        traced=False,
     )
 
 

@@ -12,18 +12,18 @@ from typing import Any
 WORKERS = "verl.workers.engine_workers"
 
 
-async def barrier_before_kv_resume(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     """``update_weights`` whose KV-cache resume first waits, off the event loop, until every rank arrives.
 
     verl's method is one coroutine, so the barrier goes in through the object it calls: for the
-    duration of the call, ``instance.rollout.resume`` is shadowed (on that rollout object only) by a
+    duration of the call, ``self.rollout.resume`` is shadowed (on that rollout object only) by a
     coroutine that runs ``torch.distributed.barrier`` in a thread before ``resume(tags=['kv_cache'])``.
     """
     import torch.distributed as dist
 
-    rollout = getattr(instance, "rollout", None)
+    rollout = getattr(self, "rollout", None)
     if rollout is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
-        return await wrapped(*args, **kwargs)
+        return await original(self, *args, **kwargs)
     resume = rollout.resume
     shadowed = "resume" in vars(rollout)
 
@@ -35,7 +35,7 @@ async def barrier_before_kv_resume(wrapped: Any, instance: Any, args: tuple, kwa
 
     rollout.resume = resume_after_barrier
     try:
-        return await wrapped(*args, **kwargs)
+        return await original(self, *args, **kwargs)
     finally:
         if shadowed:
             rollout.resume = resume
@@ -47,7 +47,7 @@ def _called_from_update_weights() -> bool:
     workers = sys.modules.get(WORKERS)
     filename = getattr(workers, "__file__", None)
     frame = sys._getframe(2)
-    for _ in range(4):  # wrapt's C proxy adds no Python frame; allow for its pure-Python fallback
+    for _ in range(4):  # frame 2 is our replacement function; allow a few decorator frames above it
         if frame is None:
             return False
         if frame.f_code.co_name == "update_weights" and frame.f_code.co_filename == filename:
@@ -67,11 +67,11 @@ def light_empty_cache() -> None:
     device.empty_cache()
 
 
-def light_empty_cache_in_update_weights(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def light_empty_cache_in_update_weights(original: Any, *args: Any, **kwargs: Any) -> Any:
     """``aggressive_empty_cache`` that is light when ``ActorRolloutRefWorker.update_weights`` calls it."""
     if _called_from_update_weights():
         return light_empty_cache()
-    return wrapped(*args, **kwargs)
+    return original(*args, **kwargs)
 
 
 class _NoFullGC(ModuleType):
@@ -103,12 +103,12 @@ def _shim_for(module: ModuleType) -> _NoFullGC:
         return shim
 
 
-def cleanup_without_full_gc(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def cleanup_without_full_gc(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     """Bucketed sender/receiver ``_cleanup`` with its ``gc.collect()`` skipped (this thread, this call only)."""
     # the module whose global ``gc`` the cleanup code reads: where the method is defined, not the instance's class
-    shim = _shim_for(sys.modules[getattr(wrapped, "__module__", None) or type(instance).__module__])
+    shim = _shim_for(sys.modules[getattr(original, "__module__", None) or type(self).__module__])
     shim.skip.depth = getattr(shim.skip, "depth", 0) + 1
     try:
-        return wrapped(*args, **kwargs)
+        return original(self, *args, **kwargs)
     finally:
         shim.skip.depth -= 1
