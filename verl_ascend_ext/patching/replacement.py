@@ -60,8 +60,8 @@ def untraceable(raw: Any, impl: Any, traced: bool) -> str | None:
         if type(obj) is not types.FunctionType:  # not isinstance(): proxies report the wrapped object's class
             return (f"the {what} is a {type(obj).__module__}.{type(obj).__qualname__}, not a plain function: "
                     "torch.compile would trace the original behind it and drop the fix")
-    if traced:
-        for code, namespace in _reachable(function):
+    if traced:  # our patch code and the helpers it calls; the original is upstream's business
+        for code, namespace in _reachable(impl):
             reason = _context_read(code, namespace)
             if reason:
                 return f"{code.co_name} {reason}: torch.compile(fullgraph=True) cannot trace it"
@@ -69,7 +69,11 @@ def untraceable(raw: Any, impl: Any, traced: bool) -> str | None:
 
 
 def _reachable(function: types.FunctionType) -> Iterator[tuple[types.CodeType, dict[str, Any]]]:
-    """The code of ``function``, of its closure functions and of the same-module functions they call, by name."""
+    """The code of ``function``, of its closure functions and of the same-module functions they call, by name.
+
+    Calls through other modules' functions or attributes are not followed: a helper the patch code relies on
+    belongs in the patch code's own module.
+    """
     seen: set[types.CodeType] = set()
     todo: list[types.FunctionType] = [function]
     while todo:
