@@ -6,15 +6,19 @@ Formats (see ``verl_ascend_ext/ascend_env/infofile.py`` for the sources): the to
 ``/etc/ascend_install.info``. Layout as CANN >= 8.5 installs it: ``<root>/cann-<version>`` with
 ``ascend-toolkit/latest`` a symlink to it. ``set_env`` gives the variables CANN's and NNAL's
 ``set_env.sh`` export for a tree; ``sysroot`` trees stand in for ``/`` through the tests-only
-``VERL_ASCEND_EXT_TEST_SYSROOT`` (driver, firmware, ``/etc``, ``npu-smi``).
+``VERL_ASCEND_EXT_TEST_SYSROOT`` (driver, firmware, ``/etc``, ``npu-smi``). ``shadow_install`` writes a
+second install of this package (a dist-info, optionally with the code) for the duplicate-install checks.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
+import shutil
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 ARCH = platform.machine()
 SYSROOT_ENV = "VERL_ASCEND_EXT_TEST_SYSROOT"
 
@@ -110,3 +114,23 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update(extra)
     return env
+
+
+def shadow_install(tmp_path: Path, version: str, with_code: bool) -> Path:
+    """A site directory holding another install of verl-ascend-ext: dist-info (+ the package when ``with_code``)."""
+    real = importlib.metadata.distribution("verl-ascend-ext")
+    site = tmp_path / "site"
+    info = site / f"verl_ascend_ext-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: verl-ascend-ext\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(real.read_text("entry_points.txt"))
+    (info / "top_level.txt").write_text("verl_ascend_ext\n")
+    (info / "INSTALLER").write_text("pip\n")
+    records = [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    if with_code:
+        shutil.copytree(REPO / "verl_ascend_ext", site / "verl_ascend_ext",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        records += [f"{p.relative_to(site).as_posix()},," for p in sorted((site / "verl_ascend_ext").rglob("*"))
+                    if p.is_file()]
+    (info / "RECORD").write_text("\n".join(records) + "\n")
+    return site

@@ -16,7 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascend_trees import ARCH, SYSROOT_ENV, clean_env, driver_firmware, full_node, nnal, set_env, toolkit
+from ascend_trees import (
+    ARCH,
+    SYSROOT_ENV,
+    clean_env,
+    driver_firmware,
+    full_node,
+    nnal,
+    set_env,
+    shadow_install,
+    toolkit,
+)
 from conftest import REPO
 
 from verl_ascend_ext.ascend_env.infofile import read_info
@@ -214,31 +224,9 @@ def test_recipe_pins_agree_with_the_table() -> None:
 
 # Duplicate installs: a second dist-info of this package on PYTHONPATH (the wheel-over-editable case).
 
-def _shadow_copy(tmp_path: Path, version: str, with_code: bool) -> Path:
-    """A site directory holding another install of verl-ascend-ext: dist-info (+ the package when ``with_code``)."""
-    import importlib.metadata
-
-    real = importlib.metadata.distribution("verl-ascend-ext")
-    site = tmp_path / "site"
-    info = site / f"verl_ascend_ext-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: verl-ascend-ext\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(real.read_text("entry_points.txt"))
-    (info / "top_level.txt").write_text("verl_ascend_ext\n")
-    (info / "INSTALLER").write_text("pip\n")
-    records = [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
-    if with_code:
-        shutil.copytree(REPO / "verl_ascend_ext", site / "verl_ascend_ext",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        records += [f"{p.relative_to(site).as_posix()},," for p in sorted((site / "verl_ascend_ext").rglob("*"))
-                    if p.is_file()]
-    (info / "RECORD").write_text("\n".join(records) + "\n")
-    return site
-
-
 @pytest.mark.parametrize("with_code", [False, True], ids=["stale-dist-info", "wheel-over-editable"])
 def test_duplicate_install_names_both_paths_and_the_imported_one(tmp_path: Path, with_code: bool) -> None:
-    site = _shadow_copy(tmp_path, "0.0.9", with_code)
+    site = shadow_install(tmp_path, "0.0.9", with_code)
     # Run outside the checkout: `python -m` puts the working directory first on sys.path.
     _, report = doctor_json({SYSROOT_ENV: str(tmp_path / "empty")}, pythonpath=str(site), cwd=tmp_path)
     dups = {d["distribution"]: d for d in report["duplicates"]}
