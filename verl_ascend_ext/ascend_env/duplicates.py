@@ -10,6 +10,7 @@ copy (path, version, editable source) in ``sys.path`` order, the module Python i
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
 import importlib.util
 import json
@@ -53,7 +54,11 @@ def _owner(copies: list[dict[str, Any]], dists: list[importlib.metadata.Distribu
     for copy, dist in zip(copies, dists, strict=True):
         if copy["editable"] and copy["source"] and real.startswith(os.path.realpath(copy["source"]) + os.sep):
             return copy["path"]
-        for file in dist.files or ():
+        try:
+            files = dist.files or ()
+        except (OSError, ValueError, csv.Error):  # an unreadable or malformed RECORD owns nothing
+            files = ()
+        for file in files:
             if os.path.realpath(str(dist.locate_file(file))) == real:
                 return copy["path"]
     return None

@@ -35,6 +35,9 @@ from typing import Any
 
 from .infofile import read_info, unknown
 
+# os.path.exists / isdir / isfile, not their pathlib forms: those raise on EACCES or ENAMETOOLONG, and a
+# bad variable must read "unknown (...)", not stop the doctor.
+
 SYSROOT_ENV = "VERL_ASCEND_EXT_TEST_SYSROOT"
 TOOLKIT_ENVS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
 TOOLKIT_DEFAULTS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
@@ -60,7 +63,7 @@ def _toolkit_home(environ: Mapping[str, str]) -> tuple[Path, str] | None:
             return Path(environ[name]), name
     for default in TOOLKIT_DEFAULTS:
         path = system_path(default, environ)
-        if path.is_dir():
+        if os.path.isdir(path):
             return path, f"standard path {default}"
     return None
 
@@ -70,10 +73,10 @@ def _toolkit_version(home: Path) -> tuple[str, Path | None]:
     candidates = [home / f"{machine}-linux" / TOOLKIT_INFO]
     candidates += [p for p in sorted(home.glob(f"*-linux/{TOOLKIT_INFO}")) if p != candidates[0]]
     for path in candidates:
-        if path.exists():
+        if os.path.exists(path):
             return read_info(path).version("version"), path
     runtime = home / "runtime" / "version.info"
-    if runtime.exists():
+    if os.path.exists(runtime):
         return read_info(runtime).version("version_dir", "Version"), runtime
     return unknown(f"no {machine}-linux/{TOOLKIT_INFO} (or runtime/version.info) under {home}"), None
 
@@ -86,7 +89,7 @@ def cann_info(environ: Mapping[str, str]) -> dict[str, Any] | None:
     home, selected_by = found
     info: dict[str, Any] = {"version": None, "home": str(home), "real_home": None, "selected_by": selected_by,
                             "file": None, "note": None}
-    if not home.is_dir():
+    if not os.path.isdir(home):
         info["version"] = unknown(f"{selected_by}={home} is not a directory")
         return info
     info["real_home"] = os.path.realpath(home)
@@ -107,10 +110,10 @@ def nnal_info(environ: Mapping[str, str]) -> dict[str, Any] | None:
         selected_by = NNAL_ENV
     else:
         latest = system_path(NNAL_DEFAULT, environ)
-        if not latest.exists():
+        if not os.path.exists(latest):
             return None
         candidates, selected_by = [latest / "version.info"], f"standard path {NNAL_DEFAULT}"
-    path = next((p for p in candidates if p.exists()), None)
+    path = next((p for p in candidates if os.path.exists(p)), None)
     if path is None:
         return {"version": unknown(f"no version.info at {' or '.join(map(str, candidates))}"),
                 "selected_by": selected_by, "file": None}
@@ -123,7 +126,7 @@ def _install_roots(environ: Mapping[str, str]) -> tuple[dict[str, Path], str, di
     """Driver and firmware install roots, where they came from, and whether ascend_install.info named each."""
     path = system_path(INSTALL_INFO, environ)
     default = system_path(ASCEND_DEFAULT, environ)
-    if not path.exists():
+    if not os.path.exists(path):
         return ({"driver": default, "firmware": default}, f"standard path {ASCEND_DEFAULT} ({INSTALL_INFO} absent)",
                 {"driver": False, "firmware": False})
     info = read_info(path)
@@ -140,7 +143,7 @@ def _component(environ: Mapping[str, str], part: str, keys: tuple[str, ...], ext
                ) -> dict[str, Any] | None:
     roots, source, named = _install_roots(environ)
     path = roots[part] / part / "version.info"
-    if not path.exists() and not (part == "driver" and named["driver"]):
+    if not os.path.exists(path) and not (part == "driver" and named["driver"]):
         return None  # a container without the firmware mounted is normal; a named driver root without it is not
     info = read_info(path)
     out: dict[str, Any] = {"version": info.version(*keys), "file": str(path), "root_from": source}
@@ -162,7 +165,7 @@ def npu_smi(environ: Mapping[str, str]) -> dict[str, str] | None:
     candidates = [str(Path(d) / "npu-smi") for d in dirs] + list(NPU_SMI_DEFAULTS)
     for candidate in candidates:
         path = system_path(candidate, environ) if os.path.isabs(candidate) else Path(candidate)
-        if path.is_file() and os.access(path, os.X_OK):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
             return {"path": str(path)}
     return None
 
