@@ -35,9 +35,8 @@ from typing import Any
 
 from .infofile import read_info, unknown
 
-# os.path.exists / isdir / isfile, not their pathlib forms: those raise on EACCES or ENAMETOOLONG, and a
-# bad variable must read "unknown (...)", not stop the doctor.
-
+# Existence is tested with os.path.exists / isdir / isfile, not their pathlib forms: those raise on EACCES
+# or ENAMETOOLONG, and a bad variable must read "unknown (...)", not stop the doctor.
 SYSROOT_ENV = "VERL_ASCEND_EXT_TEST_SYSROOT"
 TOOLKIT_ENVS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
 TOOLKIT_DEFAULTS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
@@ -115,7 +114,7 @@ def nnal_info(environ: Mapping[str, str]) -> dict[str, Any] | None:
         candidates, selected_by = [latest / "version.info"], f"standard path {NNAL_DEFAULT}"
     path = next((p for p in candidates if os.path.exists(p)), None)
     if path is None:
-        return {"version": unknown(f"no version.info at {' or '.join(map(str, candidates))}"),
+        return {"version": unknown(f"no version.info at {' or '.join(map(str, candidates))}"), "build": None,
                 "selected_by": selected_by, "file": None}
     info = read_info(path)
     return {"version": info.version("Ascend-cann-atb"), "build": info.get("Ascend-cann-atb Version"),
