@@ -9,7 +9,7 @@ the cluster starts), so a variable a worker sees came through Ray, not from its 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import pytest
@@ -19,15 +19,16 @@ PACKAGE_PREFIXES = ("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL_
 
 
 @contextmanager
-def loopback_cluster() -> Iterator[object]:
-    """A head node (1 CPU) on loopback; add nodes with ``cluster.add_node(num_cpus=1, env_vars=...)``."""
+def loopback_cluster(head_env: Mapping[str, str] | None = None) -> Iterator[object]:
+    """A head node (1 CPU) on loopback, its raylet started with ``head_env`` added; add nodes with
+    ``cluster.add_node(num_cpus=1, env_vars=...)``."""
     import ray._private.ray_constants as ray_constants
     from ray.cluster_utils import Cluster
 
     with pytest.MonkeyPatch.context() as mp:
         for key in [k for k in os.environ if k.startswith(PACKAGE_PREFIXES)]:
             mp.delenv(key)
-        for key, value in LOOPBACK.items():
+        for key, value in {**LOOPBACK, **(head_env or {})}.items():
             mp.setenv(key, value)
         mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # this process imported ray before the switch
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .ascend_env import ascend_findings, ascend_report, duplicate_findings, format_section
 from .features import plugin_manager, registry
 from .patching.engine import installed_version, predict
 from .patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids, parse_bool
@@ -112,9 +113,15 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
         patches.append(predict(record, disabled, env).as_dict())
     findings = [dict(f) for batch in plugin_manager().hook.verl_ascend_ext_doctor_findings(environ=env)
                 for f in batch]
+    ascend = ascend_report(env)
+    findings += ascend_findings(ascend, installed_version("torch_npu"), env)
+    duplicates, duplicate_checks = duplicate_findings((*DISTRIBUTIONS, "verl-ascend-ext"))
+    findings += duplicate_checks
     plugin = plugin_report(env)
     report = {
         "versions": versions(),
+        "ascend": ascend,
+        "duplicates": duplicates,
         "plugin": plugin,
         "gates": gates,
         "disable": env.get(DISABLE_ENV, ""),
@@ -155,6 +162,7 @@ def format_report(report: dict[str, Any]) -> str:
             + ("" if plugin["vllm_installed"] else " (vLLM not installed)"),
             f"  features:           {', '.join(plugin['features'])}"]
     out += [f"  problem: {p}" for p in plugin["problems"]]
+    out += format_section(report["ascend"])
     out += ["", "Gates"]
     out.append(_table([[g["env"], "INVALID" if g["error"] else ("on" if g["value"] else "off"),
                         "unset" if g["raw"] is None else repr(g["raw"]), "on" if g["default"] else "off"]

@@ -5,7 +5,9 @@ One small task (``num_cpus=0``, pinned with a hard node affinity) per alive node
 set). The answers are flattened into facts (plugin installed and loaded, versions, gate values, kill
 switch, patch statuses, check statuses) and compared: a fact whose value is not the same on every node
 is a difference; the reference value is the one most nodes have (ties: the head node's). Every
-difference is behaviour-changing except a gate spelled differently with the same meaning.
+difference is behaviour-changing (CANN, NNAL, driver, firmware and duplicate installs included) except
+a gate's raw spelling (labelled "same meaning" only when the parsed values agree on every node) and
+informational facts (toolkit path, npu-smi, ASCEND_RT_VISIBLE_DEVICES / HCCL_* / PYTORCH_NPU_ALLOC_CONF).
 
 Exit codes: 0 all nodes agree and each node's doctor is fine; 1 a behaviour-changing difference or a
 node problem (plugin missing, refused patch, no answer); 2 the cluster could not be reached or used
@@ -110,33 +112,73 @@ def collect(address: str, deadline: float) -> tuple[list[dict[str, Any]], list[d
         ray.shutdown()
 
 
-def facts(answer: dict[str, Any]) -> dict[str, tuple[Any, bool]]:
-    """Comparable facts of one node: name -> (value, whether a difference changes behaviour)."""
+# What a difference in a fact means: it changes what runs (exit 1); it is the spelling of a gate whose
+# parsed value is a separate fact; or it is shown for information only (node-specific by nature).
+CHANGING, SPELLING, INFO = "behaviour-changing", "spelling", "informational"
+RAW = " (raw)"
+INFO_CHECKS = frozenset({"ascend sysroot"})  # the tests-only sysroot marker
+
+
+def _ascend_facts(report: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """CANN, NNAL, driver, firmware and duplicate installs change behaviour; paths, npu-smi and variables
+    such as HCCL_IF_IP legitimately differ per node and are informational."""
+    from ..ascend_env import COMPONENTS, LABELS
+    from ..ascend_env.duplicates import fact
+
+    out: dict[str, tuple[Any, str]] = {}
+    ascend = report.get("ascend")
+    if ascend is not None:  # a node with an older verl-ascend-ext reports no Ascend environment
+        for key in COMPONENTS:
+            part = ascend[key]
+            out[LABELS[key]] = (part["version"] if part else "not installed", CHANGING)
+        if ascend["cann"]:
+            out["CANN toolkit home"] = (ascend["cann"]["real_home"] or ascend["cann"]["home"], INFO)
+        out["npu-smi"] = ("found" if ascend["npu_smi"] else "not found", INFO)
+        out.update({f"variable {k}": (v, INFO) for k, v in (ascend["env"] or {}).items()})
+    for dup in report.get("duplicates", ()):
+        out[f"duplicate install {dup['distribution']}"] = (fact(dup), CHANGING)
+    return out
+
+
+def facts(answer: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """Comparable facts of one node: name -> (value, what a difference means: CHANGING, SPELLING or INFO)."""
     if "error" in answer:
         return {}
-    out: dict[str, tuple[Any, bool]] = {
-        "plugin installed": (answer["installed"], True),
-        "version verl-ascend-ext": (answer["plugin_version"], True),
+    out: dict[str, tuple[Any, str]] = {
+        "plugin installed": (answer["installed"], CHANGING),
+        "version verl-ascend-ext": (answer["plugin_version"], CHANGING),
     }
     if not answer["installed"]:  # nothing can load a package that does not import
-        out["verl loads the plugin"] = (False, True)
-        out["vLLM loads the plugin"] = (False, True)
-        out.update({f"version {k}": (v, True) for k, v in answer["versions"].items()})
-        out.update({f"gate {k} (raw)": (v, True) for k, v in answer["environ"].items()})
+        out["verl loads the plugin"] = (False, CHANGING)
+        out["vLLM loads the plugin"] = (False, CHANGING)
+        out.update({f"version {k}": (v, CHANGING) for k, v in answer["versions"].items()})
+        out.update({f"gate {k}{RAW}": (v, CHANGING) for k, v in answer["environ"].items()})
         return out
     report = answer["report"]
-    out.update({f"version {k}": (v, True) for k, v in report["versions"].items()})
-    out["verl loads the plugin"] = (report["plugin"]["verl_will_load"], True)
-    out["vLLM loads the plugin"] = (report["plugin"]["vllm_will_load"], True)
+    out.update({f"version {k}": (v, CHANGING) for k, v in report["versions"].items()})
+    out["verl loads the plugin"] = (report["plugin"]["verl_will_load"], CHANGING)
+    out["vLLM loads the plugin"] = (report["plugin"]["vllm_will_load"], CHANGING)
     for gate in report["gates"]:
         value = "INVALID" if gate["error"] else ("on" if gate["value"] else "off")
-        out[f"gate {gate['env']}"] = (value, True)
-        out[f"gate {gate['env']} (raw)"] = ("unset" if gate["raw"] is None else gate["raw"], False)
+        out[f"gate {gate['env']}"] = (value, CHANGING)
+        out[f"gate {gate['env']}{RAW}"] = ("unset" if gate["raw"] is None else gate["raw"], SPELLING)
     disabled = sorted(p.strip() for p in report["disable"].split(",") if p.strip())
-    out["VERL_ASCEND_EXT_DISABLE"] = (",".join(disabled) or "unset", True)
-    out.update({f"patch {p['id']}": (p["status"], True) for p in report["patches"]})
-    out.update({f"check {f['name']}": (f["status"], True) for f in report["findings"]})
+    out["VERL_ASCEND_EXT_DISABLE"] = (",".join(disabled) or "unset", CHANGING)
+    out.update({f"patch {p['id']}": (p["status"], CHANGING) for p in report["patches"]})
+    out.update({f"check {f['name']}": (f["status"], INFO if f["name"] in INFO_CHECKS else CHANGING)
+                for f in report["findings"] if not f["name"].startswith("duplicate install ")})
+    out.update(_ascend_facts(report))
     return out
+
+
+def _note(key: str, kind: str, differing_keys: set[str]) -> str | None:
+    """The label of a difference row: ``same meaning`` only for a gate spelled differently whose parsed
+    values agree on every node (otherwise the parsed row already reports it)."""
+    if kind == INFO:
+        return "informational"
+    if kind == SPELLING:
+        return None if key.removesuffix(RAW) in differing_keys else "same meaning"
+    return None
 
 
 def problems(answer: dict[str, Any]) -> list[str]:
@@ -171,20 +213,24 @@ def compare(nodes: list[dict[str, Any]], answers: list[dict[str, Any]], address:
     for key in keys:
         # A node without a working install cannot report gates, patches or checks: its "plugin installed"
         # difference and problem say so once, instead of one "-" per missing fact.
-        values = {node_id: f.get(key, (None, True))[0] for node_id, _, f in answered
+        values = {node_id: f.get(key, (None, CHANGING))[0] for node_id, _, f in answered
                   if key in f or f["plugin installed"][0]}
         if len({json.dumps(v) for v in values.values()}) <= 1:
             continue
-        changing = any(f.get(key, (None, True))[1] for _, _, f in answered)
+        kinds = {f[key][1] for _, _, f in answered if key in f}
+        kind = CHANGING if CHANGING in kinds else kinds.pop()
         counts = Counter(json.dumps(v) for v in values.values())
         top = max(counts.values())
         head_value = next((json.dumps(values[n]) for n, head, _ in answered if head), None)
         reference = head_value if head_value is not None and counts[head_value] == top else \
             next(v for v, c in counts.items() if c == top)
         differences.append({
-            "key": key, "behaviour_changing": changing, "reference": json.loads(reference),
+            "key": key, "behaviour_changing": kind == CHANGING, "kind": kind, "reference": json.loads(reference),
             "values": values, "differing": [n for n, v in values.items() if json.dumps(v) != reference],
         })
+    differing_keys = {d["key"] for d in differences}
+    for d in differences:
+        d["note"] = _note(d["key"], d.pop("kind"), differing_keys)
     bad = any(d["behaviour_changing"] for d in differences) or any(r["problems"] for r in rows)
     return {"address": address, "nodes": rows, "differences": differences, "errors": [], "exit_code": 1 if bad else 0}
 
@@ -220,7 +266,7 @@ def format_report(report: dict[str, Any]) -> str:
         diff_rows = []
         for d in report["differences"]:
             differing = "; ".join(f"{_label(rows, n)}: {_show(d['values'][n])}" for n in d["differing"])
-            diff_rows.append([d["key"] + ("" if d["behaviour_changing"] else " [same meaning]"),
+            diff_rows.append([d["key"] + (f" [{d['note']}]" if d["note"] else ""),
                               _show(d["reference"]), differing])
         out.append(_table(diff_rows, ["what", "reference", "differing nodes"]))
     noted = [(r, p) for r in rows for p in r["problems"]]

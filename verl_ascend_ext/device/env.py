@@ -15,7 +15,8 @@ from ..features import registry
 from ..patching.gates import DISABLE_ENV
 
 PREFIX = "VERL_ASCEND_EXT_"
-NODE_LOCAL = frozenset({"VERL_ASCEND_EXT_CACHE", "VERL_ASCEND_EXT_VENV"})  # paths of this machine: never carried
+NODE_LOCAL = frozenset({"VERL_ASCEND_EXT_CACHE", "VERL_ASCEND_EXT_VENV",  # paths of this machine: never carried
+                        "VERL_ASCEND_EXT_TEST_SYSROOT"})
 
 
 def package_env_names() -> tuple[str, ...]:

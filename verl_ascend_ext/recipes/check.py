@@ -1,7 +1,8 @@
 """`verl-ascend recipe check`: everything that can be checked before a cluster is spent.
 
-Config (composed against the installed verl), manifest (installed versions and git commits), R2
-router replay support, gates, the plugin's discovery and, unless ``--no-device``, the device.
+Config (composed against the installed verl), manifest (installed versions and git commits; CANN and
+NNAL on NPU nodes), R2 router replay support, gates, the plugin's discovery and, unless ``--no-device``,
+the device.
 Any ``error`` finding makes the exit code 1.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from ..patching.engine import installed_version
 from ..patching.source import definition_in_file, find_module_file
 from . import get_recipe
+from .cann import cann_findings
 from .findings import ERROR, NOT_CHECKED, OK, WARN, Finding
 from .manifest import Manifest, check_manifest, load_manifest
 
@@ -216,6 +218,7 @@ def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: 
         if result.config is not None:
             findings += router_replay_findings(result.config, result.setters)
     findings += check_manifest(manifest, device, no_device)
+    findings += cann_findings(manifest.path, device, no_device, env)
     findings += gate_findings(manifest, script, env)
     findings += plugin_findings(env)
     findings.append(device_finding(device, no_device))
