@@ -98,7 +98,7 @@ def test_extra_names_reported(with_plugin: dict) -> None:
 @pytest.mark.anyverl
 def test_reference_without_index_is_a_clear_error(with_plugin: dict) -> None:
     case = with_plugin["cases"]["no_index"]
-    assert case["error"].startswith("ExportCheckError")
+    assert case["error"].startswith("ExportInputError")  # an ExportCheckError: the check cannot run
     assert "has no model.safetensors.index.json" in case["error"] and "VERL_ASCEND_EXT_EXPORT_CHECK" in case["error"]
     assert case["files_untouched"] is True
     assert with_plugin["cases"]["no_index_warn"]["error"] is None
