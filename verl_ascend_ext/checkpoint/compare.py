@@ -26,6 +26,7 @@ class Comparison:
     """The export against the reference; ``mismatched`` rows: name, reference, export, why."""
 
     missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
     omitted: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     mismatched: list[dict[str, str]] = field(default_factory=list)
@@ -46,12 +47,20 @@ def _unmerged_factor(reference: tuple[int, ...], export: tuple[int, ...]) -> tup
     return (differ[0], r // e) if e > 0 and r % e == 0 else None
 
 
-def compare(reference: Mapping[str, Tensor], export: Mapping[str, Tensor], config: Mapping[str, Any]) -> Comparison:
-    """Names, shapes and dtypes of ``export`` against ``reference`` (``config``: the reference's config.json)."""
+def compare(reference: Mapping[str, Tensor], export: Mapping[str, Tensor], config: Mapping[str, Any],
+            unreadable: frozenset[str] | set[str] = frozenset()) -> Comparison:
+    """Names, shapes and dtypes of ``export`` against ``reference`` (``config``: the reference's config.json).
+
+    ``unreadable``: names the export's index puts in shards that are absent or refused; reported apart
+    from the missing ones (the integrity problem already says why).
+    """
     omissions, conversions = omissions_for(config), conversions_for(config)
     out = Comparison(declared_omissions=[f"{o.family}: {o.description}" for o in omissions],
                      declared_conversions=[f"{c.family}: {c.description}" for c in conversions])
     for name in sorted(reference.keys() - export.keys()):
+        if name in unreadable:
+            out.unreadable.append(name)
+            continue
         (out.omitted if any(o.matches(name, config) for o in omissions) else out.missing).append(name)
     out.extra = sorted(export.keys() - reference.keys())
     unmerged: dict[int, list[str]] = defaultdict(list)

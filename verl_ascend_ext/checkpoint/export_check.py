@@ -72,6 +72,7 @@ class ExportReport:
     integrity: list[str] = field(default_factory=list)
     stray_shards: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
     omitted: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     mismatched: list[dict[str, str]] = field(default_factory=list)
@@ -92,6 +93,9 @@ class ExportReport:
         if self.missing:
             lines.append(f"lacks {len(self.missing)} tensor(s) of the reference that no declared omission for "
                          f"model_type {self.model_type!r} covers: {_show(self.missing)}")
+        if self.unreadable:
+            lines.append(f"{len(self.unreadable)} tensor(s) of the reference are indexed in shard(s) that are absent "
+                         f"or unreadable (see integrity): {_show(self.unreadable)}")
         if self.mismatched:
             rows = [f"{r['name']} ({r['reference']} in the reference, {r['export']} exported)"
                     for r in self.mismatched]
@@ -141,14 +145,15 @@ def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[
         have = read_checkpoint(export_dir, "export")
     except CheckpointInputError as err:
         raise ExportInputError(f"cannot check the export: {err}") from None
-    result = compare(wanted.tensors, have.tensors, config)
+    result = compare(wanted.tensors, have.tensors, config, have.unreadable)
     return ExportReport(
         export=str(export_dir), reference=str(reference_dir), model_type=config.get("model_type"), mode=mode,
         ok=not (have.problems or result.missing or result.mismatched),
         tensors={"export": len(have.tensors), "reference": len(wanted.tensors)},
         shards={"export": len(have.shards), "reference": len(wanted.shards)},
-        integrity=have.problems, stray_shards=have.stray_shards, missing=result.missing, omitted=result.omitted,
-        extra=result.extra, mismatched=result.mismatched, converted=result.converted, diagnoses=result.diagnoses,
+        integrity=have.problems, stray_shards=have.stray_shards, missing=result.missing,
+        unreadable=result.unreadable, omitted=result.omitted, extra=result.extra, mismatched=result.mismatched,
+        converted=result.converted, diagnoses=result.diagnoses,
         declared_omissions=result.declared_omissions, declared_conversions=result.declared_conversions,
     )
 

@@ -134,6 +134,7 @@ class Inventory:
     shards: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     stray_shards: list[str] = field(default_factory=list)
+    unreadable: set[str] = field(default_factory=set)  # names the index puts in an absent or refused shard
     index: Path | None = None
 
 
@@ -169,11 +170,13 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
         if not path.is_file():
             expected = sum(1 for f in weight_map.values() if f == shard) if weight_map else 0
             inventory.problems.append(f"{path} is named by {index} (for {expected} tensor(s)) but does not exist")
+            inventory.unreadable.update(n for n, f in (weight_map or {}).items() if f == shard)
             continue
         try:
             held = read_shard(path)
         except ShardError as err:
             inventory.problems.append(str(err))
+            inventory.unreadable.update(n for n, f in (weight_map or {}).items() if f == shard)
             continue
         inventory.shards.append(shard)
         twice = []
