@@ -15,7 +15,7 @@ import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from safetensors import SafetensorError, safe_open
 
@@ -31,32 +31,24 @@ DTYPE_BITS = {
 }
 
 
-class Tensor(NamedTuple):
-    """One tensor as its shard's header declares it."""
-
-    dtype: str
-    shape: tuple[int, ...]
-    shard: str
+Tensor = tuple[str, tuple[int, ...]]  # (dtype, shape) as the shard's header declares it; plain tuples: 1e5 of them
 
 
 def describe(tensor: Tensor) -> str:
     """``BF16[6144, 2048]``."""
-    return f"{tensor.dtype}[{', '.join(map(str, tensor.shape))}]"
+    return f"{tensor[0]}[{', '.join(map(str, tensor[1]))}]"
 
 
 class ShardError(Exception):
     """A shard the safetensors library refuses; the message names the file and says what is wrong."""
 
 
-def read_shard(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+def read_shard(path: Path) -> dict[str, Tensor]:
     """``{name: (dtype, shape)}`` of one shard, validated by the safetensors library; raise ShardError if refused."""
     try:
         with safe_open(str(path), framework="numpy") as f:
-            out = {}
-            for name in f.keys():  # noqa: SIM118  (safe_open is not iterable)
-                tensor = f.get_slice(name)
-                out[name] = (tensor.get_dtype(), tuple(tensor.get_shape()))
-            return out
+            slices = {name: f.get_slice(name) for name in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
+            return {name: (s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
     except SafetensorError as err:
         raise ShardError(diagnose(path, str(err))) from None
     except OSError as err:
@@ -131,6 +123,7 @@ class Inventory:
 
     directory: Path
     tensors: dict[str, Tensor] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)  # tensor name -> the shard file holding it
     shards: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     stray_shards: list[str] = field(default_factory=list)
@@ -164,7 +157,6 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
         inventory.index = index
         names = sorted(set(weight_map.values()))
         inventory.stray_shards = sorted(set(present) - set(names))
-    owner: dict[str, str] = {}
     for shard in names:
         path = directory / shard
         if not path.is_file():
@@ -179,15 +171,14 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
             inventory.unreadable.update(n for n, f in (weight_map or {}).items() if f == shard)
             continue
         inventory.shards.append(shard)
-        twice = []
-        for name, (dtype, shape) in held.items():
-            first = owner.setdefault(name, shard)
-            if first != shard:
-                twice.append(f"{name} (also in {first})")
-                continue
-            inventory.tensors[name] = Tensor(dtype, shape, shard)
+        twice = held.keys() & inventory.where.keys()
         if twice:
-            inventory.problems.append(f"{path} holds {len(twice)} tensor(s) already in another shard: {_show(twice)}")
+            shown = [f"{name} (also in {inventory.where[name]})" for name in sorted(twice)]
+            inventory.problems.append(f"{path} holds {len(twice)} tensor(s) already in another shard: {_show(shown)}")
+            for name in twice:
+                del held[name]  # the first shard's copy stands
+        inventory.tensors.update(held)
+        inventory.where.update(dict.fromkeys(held, shard))
     if weight_map is not None:
         _index_agrees(inventory, weight_map)
     return inventory
@@ -200,7 +191,7 @@ def _weight_map(index: Path, inventory: Inventory) -> dict[str, str] | None:
         inventory.problems.append(f"{index} is not a readable safetensors index (needs a 'weight_map'): {err!r}; "
                                   f"every *.safetensors file of the directory was read instead")
         return None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         inventory.problems.append(f"{index}: 'weight_map' is not an object of tensor name -> file name; every "
                                   f"*.safetensors file of the directory was read instead")
         return None
@@ -208,23 +199,22 @@ def _weight_map(index: Path, inventory: Inventory) -> dict[str, str] | None:
 
 
 def _index_agrees(inventory: Inventory, weight_map: dict[str, str]) -> None:
-    readable = set(inventory.shards)
+    readable, where = set(inventory.shards), inventory.where
+    if where == weight_map:
+        return  # the common case, decided in C: every indexed name is in its shard and nothing else is anywhere
     elsewhere: dict[str, list[str]] = {}
-    for name, shard in weight_map.items():
-        if shard not in readable:
-            continue  # the shard itself is already reported (absent or refused)
-        held = inventory.tensors.get(name)
-        if held is None or held.shard != shard:
-            elsewhere.setdefault(shard, []).append(name if held is None else f"{name} (found in {held.shard})")
+    for name in [n for n, f in weight_map.items() if f in readable and where.get(n) != f]:
+        held = where.get(name)
+        elsewhere.setdefault(weight_map[name], []).append(name if held is None else f"{name} (found in {held})")
     for shard, names in sorted(elsewhere.items()):
         inventory.problems.append(f"{inventory.index} names {len(names)} tensor(s) in {inventory.directory / shard} "
                                   f"that it does not hold: {_show(names)}")
-    unindexed = sorted(n for n in inventory.tensors if n not in weight_map)
+    unindexed = sorted(where.keys() - weight_map.keys())
     if unindexed:
         inventory.problems.append(f"{len(unindexed)} tensor(s) in the shards are not in {inventory.index} (loaders "
                                   f"that follow the index never see them): {_show(unindexed)}")
         for name in unindexed:
-            del inventory.tensors[name]
+            del inventory.tensors[name], where[name]
 
 
 def _show(items: list[str]) -> str:
