@@ -339,9 +339,3 @@ def test_cli_imports_no_torch(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(reference)], capture_output=True, text=True, timeout=120)
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stderr
 
-
-def test_cli_mode_name_matches_the_check() -> None:
-    from verl_ascend_ext.checkpoint import cli as export_cli
-    from verl_ascend_ext.checkpoint import export_check
-
-    assert export_cli.MODE_ENV == export_check.MODE_ENV

@@ -14,11 +14,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..patching.gates import GateValueError
+from .mode import MODE_ENV, export_check_mode
 
 if TYPE_CHECKING:
     from .export_check import ExportReport
-
-MODE_ENV = "VERL_ASCEND_EXT_EXPORT_CHECK"  # export_check.MODE_ENV, repeated so `--help` does not load the check
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .export_check import ExportCheckError, ExportInputError, ExportReport, check_export, export_check_mode
+    from .export_check import ExportCheckError, ExportInputError, ExportReport, check_export
 
     try:
         mode = export_check_mode()

@@ -11,20 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..patching.gates import GateValueError
 from .compare import compare
+from .mode import MODE_ENV, MODES, export_check_mode
 from .shards import INDEX, SINGLE_FILE, CheckpointInputError, Inventory, read_checkpoint
 
 logger = logging.getLogger("verl_ascend_ext")
 
-MODE_ENV = "VERL_ASCEND_EXT_EXPORT_CHECK"
-MODES = ("error", "warn", "off")
-DEFAULT_MODE = "error"
+__all__ = ["MODES", "MODE_ENV", "ExportCheckError", "ExportInputError", "ExportReport", "check_export",
+           "export_check_mode", "inspect_export", "report_path_for"]
+
 REPORT_SUFFIX = ".export_check.json"
 _SHOWN = 20
 
@@ -39,22 +38,6 @@ class ExportCheckError(RuntimeError):
 
 class ExportInputError(ExportCheckError):
     """The check cannot run: a directory is absent or empty, or the reference is not a usable baseline."""
-
-
-def export_check_mode(environ: Mapping[str, str] | None = None) -> str:
-    """``VERL_ASCEND_EXT_EXPORT_CHECK`` (error|warn|off, default error); raise naming the variable on a bad value."""
-    env = os.environ if environ is None else environ
-    raw = env.get(MODE_ENV)
-    if raw is None:
-        return DEFAULT_MODE
-    value = raw.strip().lower()
-    if value not in MODES:
-        raise GateValueError(
-            f"{MODE_ENV}={raw!r} is not a mode of the checkpoint export check. Use one of {', '.join(MODES)} "
-            f"(error: an export failing the check fails the save; warn: log it; off: no check), "
-            f"or unset it for '{DEFAULT_MODE}'."
-        )
-    return value
 
 
 

@@ -72,7 +72,7 @@ CONFIG_WHOLE = PatchRecord(
 def _validate_mode(_module: ModuleType) -> None:
     from ..patching.record import Status
     from ..patching.status import current
-    from .export_check import export_check_mode
+    from .mode import export_check_mode
 
     decided = current(EXPORT_CHECK.id)
     if decided is not None and decided.status in (Status.GATE_OFF, Status.DISABLED):
@@ -114,7 +114,7 @@ def _strict_finding() -> dict[str, str]:
 
 @hookimpl
 def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[dict[str, str]]:
-    from .export_check import MODE_ENV, export_check_mode
+    from .mode import MODE_ENV, export_check_mode
 
     try:
         mode = export_check_mode(environ)
