@@ -22,8 +22,9 @@ MANAGER = "verl.utils.checkpoint.megatron_checkpoint_manager"
 EXPORT_CHECK = PatchRecord(
     id="checkpoint-export-check",
     feature="checkpoint",
-    why="checkpoint.strict=False (needed for GLM-5.x MTP layers) switches export validation off entirely; check the "
-    "exported tensor names against the reference, tolerating only the model family's declared omissions.",
+    why="checkpoint.strict=False (needed for GLM-5.x MTP layers) switches export validation off entirely; check every "
+    "exported shard's integrity and the tensor names, shapes and dtypes against the reference, tolerating only the "
+    "model family's declared omissions and conversions.",
     target=f"{MANAGER}:MegatronCheckpointManager._save_model_as_hf_via_bridge",
     gate=GATE.env,
     distribution="verl",
