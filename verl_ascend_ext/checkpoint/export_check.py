@@ -40,10 +40,10 @@ class ExportInputError(ExportCheckError):
     """The check cannot run: a directory is absent or empty, or the reference is not a usable baseline."""
 
 
-
-
 @dataclass
 class ExportReport:
+    """The verdict, written as JSON beside the export (every field but ``report_path``)."""
+
     export: str
     reference: str
     model_type: str | None
