@@ -339,3 +339,26 @@ def test_cli_imports_no_torch(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(reference)], capture_output=True, text=True, timeout=120)
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stderr
 
+
+
+def test_tensor_data_is_never_read(tmp_path: Path) -> None:
+    """4 GiB of tensor data per side (sparse): reading it, even through the library's mmap, would fault in
+    about a million pages; the whole check must stay far below that."""
+    import resource
+
+    gib4 = 4 * 2**30
+    header = {"model.embed_tokens.weight": {"dtype": "BF16", "shape": [2**16, 2**15], "data_offsets": [0, gib4]}}
+    directories = []
+    for name in ("reference", "export"):
+        directory = tmp_path / name
+        directory.mkdir()
+        write_raw(directory / "model.safetensors", header, gib4)
+        directories.append(directory)
+    files = {p: (p.stat().st_size, p.stat().st_mtime_ns) for d in directories for p in d.iterdir()}
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    report = check_export(directories[1], directories[0], "error")  # not check(): its hashing reads the data
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in files} == files
+    assert report.ok and report.tensors == {"export": 1, "reference": 1}
+    faults = after.ru_minflt - before.ru_minflt + after.ru_majflt - before.ru_majflt
+    assert faults < 20_000, faults  # 2 x 4 GiB read would be >= 2 x 2**20 page faults

@@ -142,7 +142,8 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
     directory with nothing to read raises CheckpointInputError.
     """
     if not directory.is_dir():
-        raise CheckpointInputError(f"the {role} {directory} is not a directory")
+        raise CheckpointInputError(f"the {role} {directory} is not a directory (pass the directory that holds the "
+                                   f"*.safetensors files and {INDEX})")
     present = sorted(p.name for p in directory.glob("*.safetensors"))
     inventory = Inventory(directory=directory)
     index = directory / INDEX
