@@ -142,6 +142,16 @@ def test_header_length_beyond_the_file(pair: tuple[Path, Path]) -> None:
     assert f"{victim} is not a complete safetensors file: its header length {10 * len(data)} exceeds" in message
 
 
+def test_unreadable_shard_without_index(tmp_path: Path) -> None:
+    reference = write_checkpoint(tmp_path / "reference", tensors(), config=GLM)
+    export = write_checkpoint(tmp_path / "export", tensors(), shards=1, index=False)
+    (export / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "nowhere")
+    (export / "model-00003-of-00003.safetensors").mkdir()
+    err = failure(export, reference)
+    assert f"{export / 'model-00002-of-00002.safetensors'} cannot be read: " in str(err)
+    assert f"{export / 'model-00003-of-00003.safetensors'} cannot be read: " in str(err)
+
+
 def test_file_shorter_than_the_length_field(pair: tuple[Path, Path]) -> None:
     export, reference = pair
     victim = shard(export)

@@ -50,7 +50,11 @@ def read_shard(path: Path) -> dict[str, Tensor]:
             slices = {name: f.get_slice(name) for name in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
             return {name: (s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
     except SafetensorError as err:
-        raise ShardError(diagnose(path, str(err))) from None
+        try:
+            message = diagnose(path, str(err))
+        except OSError as gone:  # removed or made unreadable between the two opens
+            message = f"{path} cannot be read: {gone}"
+        raise ShardError(message) from None
     except OSError as err:
         raise ShardError(f"{path} cannot be read: {err}") from None
 
@@ -160,10 +164,11 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
         inventory.stray_shards = sorted(set(present) - set(names))
     for shard in names:
         path = directory / shard
-        if not path.is_file():
-            expected = sum(1 for f in weight_map.values() if f == shard) if weight_map else 0
-            inventory.problems.append(f"{path} is named by {index} (for {expected} tensor(s)) but does not exist")
-            inventory.unreadable.update(n for n, f in (weight_map or {}).items() if f == shard)
+        if weight_map is not None and not path.is_file():
+            indexed = [n for n, f in weight_map.items() if f == shard]
+            inventory.problems.append(f"{path} is named by {index} (for {len(indexed)} tensor(s)) but does not "
+                                      f"exist (or is not a file)")
+            inventory.unreadable.update(indexed)
             continue
         try:
             held = read_shard(path)
