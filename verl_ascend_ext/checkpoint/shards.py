@@ -98,7 +98,8 @@ def _layout_problem(header: dict[str, Any], data_size: int) -> str | None:
             return f"the header entry of tensor {name!r} lacks dtype, shape or a [start, end] data_offsets pair"
         if dtype not in DTYPE_BITS:
             return f"tensor {name!r} has dtype {dtype!r}, which safetensors does not know"
-        if not all(isinstance(d, int) and d >= 0 for d in shape) or not all(isinstance(o, int) for o in (start, end)):
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+                or not all(isinstance(o, int) for o in (start, end))):
             return f"tensor {name!r} has a malformed shape {shape!r} or data_offsets {[start, end]!r}"
         need = DTYPE_BITS[dtype] * math.prod(shape) / 8
         if end - start != need:
