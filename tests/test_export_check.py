@@ -335,7 +335,7 @@ def test_cli_exit_codes_and_report(tmp_path: Path) -> None:
     assert warned.returncode == 0 and "FAILED (warn mode: not an error)" in warned.stdout
     assert cli(str(bad), "--reference", str(reference), mode="off").returncode == 0
     unusable = cli(str(tmp_path / "nowhere"), "--reference", str(reference))
-    assert unusable.returncode == 2 and f"the export {tmp_path / 'nowhere'} is not a directory" in unusable.stdout
+    assert unusable.returncode == 2 and f"the export {tmp_path / 'nowhere'} is not a directory" in unusable.stderr
     assert cli(str(tmp_path / "nowhere"), "--reference", str(reference), mode="warn").returncode == 2
     invalid = cli(str(good), "--reference", str(reference), mode="strict")
     assert invalid.returncode == 2 and "VERL_ASCEND_EXT_EXPORT_CHECK='strict'" in invalid.stderr

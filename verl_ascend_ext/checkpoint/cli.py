@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**report.as_dict(), "report_path": report.report_path, "exit_code": code}, indent=1))
     else:
-        print(_text(report))
+        print(_text(report), file=sys.stderr if code == 2 else sys.stdout)
     return code
 
 
