@@ -43,12 +43,21 @@ class ShardError(Exception):
     """A shard the safetensors library refuses; the message names the file and says what is wrong."""
 
 
-def read_shard(path: Path) -> dict[str, Tensor]:
-    """``{name: (dtype, shape)}`` of one shard, validated by the safetensors library; raise ShardError if refused."""
+def read_shard(path: Path, interned: dict[Tensor, Tensor] | None = None) -> dict[str, Tensor]:
+    """``{name: (dtype, shape)}`` of one shard, validated by the safetensors library; raise ShardError if refused.
+
+    ``interned``: one shared tuple per distinct (dtype, shape) (a few dozen in a model of 1e5 tensors),
+    which keeps memory and time down.
+    """
+    same = (interned if interned is not None else {}).setdefault
     try:
         with safe_open(str(path), framework="numpy") as f:
-            slices = {name: f.get_slice(name) for name in f.keys()}  # noqa: SIM118  (safe_open is not iterable)
-            return {name: (s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
+            out = {}
+            for name in f.keys():  # noqa: SIM118  (safe_open is not iterable)
+                tensor = f.get_slice(name)
+                found = (tensor.get_dtype(), tuple(tensor.get_shape()))
+                out[name] = same(found, found)
+            return out
     except SafetensorError as err:
         try:
             message = diagnose(path, str(err))
@@ -163,6 +172,7 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
         inventory.index = index
         names = sorted(set(weight_map.values()))
         inventory.stray_shards = sorted(set(present) - set(names))
+    interned: dict[Tensor, Tensor] = {}
     for shard in names:
         path = directory / shard
         if weight_map is not None and not path.is_file():
@@ -172,7 +182,7 @@ def read_checkpoint(directory: Path, role: str) -> Inventory:
             inventory.unreadable.update(indexed)
             continue
         try:
-            held = read_shard(path)
+            held = read_shard(path, interned)
         except ShardError as err:
             inventory.problems.append(str(err))
             inventory.unreadable.update(n for n, f in (weight_map or {}).items() if f == shard)
