@@ -98,10 +98,31 @@ def test_extra_names_reported(with_plugin: dict) -> None:
 @pytest.mark.anyverl
 def test_reference_without_index_is_a_clear_error(with_plugin: dict) -> None:
     case = with_plugin["cases"]["no_index"]
-    assert case["error"].startswith("ExportCheckError")
+    assert case["error"].startswith("ExportInputError")  # an ExportCheckError: the check cannot run
     assert "has no model.safetensors.index.json" in case["error"] and "VERL_ASCEND_EXT_EXPORT_CHECK" in case["error"]
     assert case["files_untouched"] is True
     assert with_plugin["cases"]["no_index_warn"]["error"] is None
+
+
+@pytest.mark.anyverl
+def test_shard_saved_unmerged_is_an_error_with_its_diagnosis(with_plugin: dict) -> None:
+    case = with_plugin["cases"]["unmerged"]
+    assert case["error"].startswith("ExportCheckError")
+    assert "model.layers.0.self_attn.q_proj.weight (F32[2, 2] in the reference, F32[1, 2] exported)" in case["error"]
+    assert "looks like a tensor- or expert-parallel shard saved unmerged, N=2" in case["error"]
+    assert case["report"]["mismatched"][0]["why"] == ("dimension 0 is 1/2 of the reference's: looks like a tensor- "
+                                                      "or expert-parallel shard saved unmerged, N=2")
+    assert case["files_untouched"] is True
+
+
+@pytest.mark.anyverl
+def test_truncated_shard_is_an_error_naming_it(with_plugin: dict) -> None:
+    case = with_plugin["cases"]["truncated"]
+    assert case["error"].startswith("ExportCheckError")
+    assert ("huggingface/model-00002-of-00002.safetensors is not a valid safetensors file: it is truncated"
+            in case["error"])
+    assert case["report"]["integrity"] and case["report"]["unreadable"] and case["report"]["missing"] == []
+    assert case["files_untouched"] is True
 
 
 def test_without_plugin_verl_checks_nothing(without_plugin: dict) -> None:

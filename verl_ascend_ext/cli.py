@@ -1,4 +1,4 @@
-"""The ``verl-ascend`` command line: doctor, catalogue (and the subcommands features add)."""
+"""The ``verl-ascend`` command line: doctor, catalogue, export-check (and the subcommands features add)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --ray: give up (exit 2) after this many seconds (default 120)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
+    from .checkpoint.cli import add_parser as add_export_check_parser
     from .recipes.cli import add_parser as add_recipe_parser
 
     add_recipe_parser(sub)
+    add_export_check_parser(sub)
     return parser
 
 
@@ -45,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from .recipes.cli import run as recipe_run
 
         return recipe_run(args, extra)
+    if args.command == "export-check":
+        from .checkpoint.cli import run as export_check_run
+
+        return export_check_run(args)
     if args.command == "catalogue":
         from pathlib import Path
 

@@ -45,13 +45,15 @@ def reference_names() -> list[str]:
     return names
 
 
-def write_shards(directory: Path, names: list[str], index: bool) -> None:
+def write_shards(directory: Path, names: list[str], index: bool,
+                 shapes: dict[str, tuple[int, ...]] | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     half = len(names) // 2
     shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
     weight_map = {}
     for file, part in shards.items():
-        save_file({n: torch.full((2, 2), float(i)) for i, n in enumerate(part)}, str(directory / file))
+        save_file({n: torch.full((shapes or {}).get(n, (2, 2)), float(i)) for i, n in enumerate(part)},
+                  str(directory / file))
         weight_map.update(dict.fromkeys(part, file))
     if index:
         (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
@@ -69,16 +71,25 @@ def digest(directory: Path) -> dict[str, str]:
 
 
 class BridgeDouble:
-    """Stand-in for Megatron-Bridge's AutoBridge: ``save_hf_weights`` writes real safetensors files."""
+    """Stand-in for Megatron-Bridge's AutoBridge: ``save_hf_weights`` writes real safetensors files.
 
-    def __init__(self, names: list[str]) -> None:
+    ``shapes`` overrides the (2, 2) shape of some tensors (a shard saved unmerged); ``cut`` bytes are cut
+    from the end of the last shard after writing (a rank killed mid-save).
+    """
+
+    def __init__(self, names: list[str], shapes: dict[str, tuple[int, ...]] | None = None, cut: int = 0) -> None:
         self.names = names
+        self.shapes = shapes
+        self.cut = cut
         self.written: dict[str, str] = {}
         self.strict = None
 
     def save_hf_weights(self, model: object, path: str, strict: bool = True) -> None:
         self.strict = strict
-        write_shards(Path(path), self.names, index=True)
+        write_shards(Path(path), self.names, index=True, shapes=self.shapes)
+        if self.cut:
+            last = sorted(Path(path).glob("*.safetensors"))[-1]
+            os.truncate(last, last.stat().st_size - self.cut)
         self.written = digest(Path(path))
 
 
@@ -90,11 +101,11 @@ def manager_double(**attributes: object) -> MegatronCheckpointManager:
 
 
 def export_case(work: Path, name: str, mode: str | None, drop: tuple[str, ...] = (), extra: tuple[str, ...] = (),
-                reference_index: bool = True) -> dict:
+                reference_index: bool = True, shapes: dict[str, tuple[int, ...]] | None = None, cut: int = 0) -> dict:
     case = work / name
     reference = make_reference(case / "reference", index=reference_index)
     names = [n for n in reference_names() if not n.startswith(f"model.layers.{NUM_LAYERS}.") and n not in drop]
-    bridge = BridgeDouble(names + list(extra))
+    bridge = BridgeDouble(names + list(extra), shapes=shapes, cut=cut)
     manager = manager_double(vanilla_bridge=False, peft_cls=None, bridge=bridge, model=[object()], rank=0,
                              checkpoint_config=SimpleNamespace(strict=False), model_path=str(reference),
                              hf_config=SimpleNamespace(name_or_path=str(reference)))
@@ -173,6 +184,8 @@ def main() -> None:
             "extra": export_case(work, "extra", "error", extra=("model.vision.unexpected.weight",)),
             "no_index": export_case(work, "no_index", "error", reference_index=False),
             "no_index_warn": export_case(work, "no_index_warn", "warn", reference_index=False),
+            "unmerged": export_case(work, "unmerged", None, shapes={"model.layers.0.self_attn.q_proj.weight": (1, 2)}),
+            "truncated": export_case(work, "truncated", None, cut=4),
         },
         "config": config_case(work),
     }

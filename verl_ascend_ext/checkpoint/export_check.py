@@ -1,7 +1,9 @@
-"""Compare the tensor names of a Hugging Face export with the reference checkpoint the run started from.
+"""Check a Hugging Face export against the reference checkpoint the run started from, and act per mode.
 
-Pure file reading (safetensors headers and index JSON; no torch, no safetensors package): the export
-is never modified. The verdict is written as a small JSON report beside the export directory.
+Headers and index JSON only (``shards.py``: the safetensors library, no torch, tensor data never read):
+per-shard integrity, then names, shapes and dtypes against the reference (``compare.py``). Nothing in
+either directory is modified; the verdict is a JSON report written beside the export directory. The
+in-training check (``fixes.py``) and ``verl-ascend export-check`` both call ``check_export``.
 """
 
 from __future__ import annotations
@@ -9,126 +11,80 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..patching.gates import GateValueError
-from .omissions import omissions_for
+from .compare import compare
+from .mode import MODE_ENV, MODES, export_check_mode
+from .shards import INDEX, SINGLE_FILE, CheckpointInputError, Inventory, read_checkpoint
 
 logger = logging.getLogger("verl_ascend_ext")
 
-MODE_ENV = "VERL_ASCEND_EXT_EXPORT_CHECK"
-MODES = ("error", "warn", "off")
-DEFAULT_MODE = "error"
-INDEX = "model.safetensors.index.json"
+__all__ = ["MODES", "MODE_ENV", "ExportCheckError", "ExportInputError", "ExportReport", "check_export",
+           "export_check_mode", "inspect_export", "report_path_for"]
+
 REPORT_SUFFIX = ".export_check.json"
 _SHOWN = 20
 
 
 class ExportCheckError(RuntimeError):
-    """The export lacks tensors of the reference that no declared omission covers (or cannot be checked)."""
+    """The export fails the check (or cannot be checked); ``report`` is the report when one was made."""
+
+    def __init__(self, message: str, report: ExportReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
-def export_check_mode(environ: Mapping[str, str] | None = None) -> str:
-    """``VERL_ASCEND_EXT_EXPORT_CHECK`` (error|warn|off, default error); raise naming the variable on a bad value."""
-    env = os.environ if environ is None else environ
-    raw = env.get(MODE_ENV)
-    if raw is None:
-        return DEFAULT_MODE
-    value = raw.strip().lower()
-    if value not in MODES:
-        raise GateValueError(
-            f"{MODE_ENV}={raw!r} is not a mode of the checkpoint export check. Use one of {', '.join(MODES)} "
-            f"(error: a checkpoint missing undeclared tensors fails the save; warn: log it; off: no check), "
-            f"or unset it for '{DEFAULT_MODE}'."
-        )
-    return value
-
-
-def safetensors_names(path: Path) -> set[str]:
-    """Tensor names in one ``.safetensors`` file, read from its header only."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ExportCheckError(f"{path} is not a safetensors file (shorter than its 8-byte header length)")
-        (size,) = struct.unpack("<Q", head)
-        if size > os.fstat(f.fileno()).st_size - 8:
-            raise ExportCheckError(f"{path} is not a complete safetensors file (header length {size} exceeds the file)")
-        try:
-            header = json.loads(f.read(size))
-        except ValueError as err:
-            raise ExportCheckError(f"{path} has an unreadable safetensors header: {err}") from err
-    if not isinstance(header, dict):
-        raise ExportCheckError(f"{path} has a safetensors header that is not a JSON object")
-    return {name for name in header if name != "__metadata__"}
-
-
-def _index_names(index: Path) -> set[str]:
-    try:
-        return set(json.loads(index.read_text())["weight_map"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ExportCheckError(f"{index} is not a readable safetensors index (needs a 'weight_map'): {err!r}") from err
-
-
-def reference_names(reference: Path) -> set[str]:
-    """Tensor names of the reference checkpoint: its safetensors index, or the header of its single file."""
-    index = reference / INDEX
-    if index.is_file():
-        return _index_names(index)
-    files = sorted(reference.glob("*.safetensors"))
-    if len(files) == 1 and files[0].name == "model.safetensors":
-        return safetensors_names(files[0])  # the Hugging Face single-file layout has no index by convention
-    found = ", ".join(f.name for f in files[:5]) or "no *.safetensors files"
-    raise ExportCheckError(
-        f"cannot check the export: the reference checkpoint {reference} has no {INDEX} ({found}), so the full "
-        f"set of tensor names it defines is unknown. Fix: point the model path at a complete Hugging Face "
-        f"checkpoint (with its index), or set {MODE_ENV}=warn or off to save without this check."
-    )
-
-
-def exported_names(export: Path) -> set[str]:
-    """Tensor names actually written, read from the headers of the export's files.
-
-    With an index, only the files it lists count (a shard left over from an earlier save into the same
-    directory must not stand in for a tensor this export lacks); each must exist. Without one, every
-    ``*.safetensors`` file of the directory is read.
-    """
-    index = export / INDEX
-    if index.is_file():
-        try:
-            files = sorted({str(f) for f in json.loads(index.read_text())["weight_map"].values()})
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise ExportCheckError(f"{index} is not a readable safetensors index: {err!r}") from err
-        absent = [f for f in files if not (export / f).is_file()]
-        if absent:
-            raise ExportCheckError(f"the export index {index} lists files that were not written: {', '.join(absent)}")
-        paths = [export / f for f in files]
-    else:
-        paths = sorted(export.glob("*.safetensors"))
-    names: set[str] = set()
-    for path in paths:
-        names |= safetensors_names(path)
-    return names
+class ExportInputError(ExportCheckError):
+    """The check cannot run: a directory is absent or empty, or the reference is not a usable baseline."""
 
 
 @dataclass
 class ExportReport:
+    """The verdict, written as JSON beside the export (every field but ``report_path``)."""
+
     export: str
     reference: str
     model_type: str | None
     mode: str
     ok: bool
+    error: str | None = None
+    tensors: dict[str, int] = field(default_factory=dict)
+    shards: dict[str, int] = field(default_factory=dict)
+    integrity: list[str] = field(default_factory=list)
+    stray_shards: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
     omitted: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    mismatched: list[dict[str, str]] = field(default_factory=list)
+    converted: dict[str, int] = field(default_factory=dict)
+    diagnoses: list[str] = field(default_factory=list)
     declared_omissions: list[str] = field(default_factory=list)
+    declared_conversions: list[str] = field(default_factory=list)
     report_path: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "report_path"}
+
+    def findings(self) -> list[str]:
+        """One plain line per kind of failure (first names only); empty when the export passes."""
+        lines = [f"integrity: {p}" for p in self.integrity[:_SHOWN]]
+        if len(self.integrity) > _SHOWN:
+            lines.append(f"integrity: +{len(self.integrity) - _SHOWN} more problem(s) in the report")
+        if self.missing:
+            lines.append(f"lacks {len(self.missing)} tensor(s) of the reference that no declared omission for "
+                         f"model_type {self.model_type!r} covers: {_show(self.missing)}")
+        if self.unreadable:
+            lines.append(f"{len(self.unreadable)} tensor(s) of the reference are indexed in shard(s) that are absent "
+                         f"or unreadable (see integrity): {_show(self.unreadable)}")
+        if self.mismatched:
+            rows = [f"{r['name']} ({r['reference']} in the reference, {r['export']} exported)"
+                    for r in self.mismatched]
+            lines.append(f"{len(rows)} tensor(s) differ in shape or dtype: {_show(rows)}")
+        lines += [f"diagnosis: {d}" for d in self.diagnoses]
+        return lines
 
 
 def report_path_for(export: Path) -> Path:
@@ -137,53 +93,105 @@ def report_path_for(export: Path) -> Path:
     return export.parent / f"{export.name}{REPORT_SUFFIX}"
 
 
-def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
-    """Compare ``export`` with ``reference``, write the report beside the export, act per ``mode``."""
-    export_dir, reference_dir = Path(export), Path(reference)
+def read_reference(reference: Path) -> Inventory:
+    """The reference checkpoint's tensors; ExportInputError (naming the file) when it is not a usable baseline."""
+    present = sorted(p.name for p in reference.glob("*.safetensors")) if reference.is_dir() else []
+    if reference.is_dir() and present and not (reference / INDEX).is_file() and present != [SINGLE_FILE]:
+        shown = ", ".join(present[:5]) + (f" (+{len(present) - 5} more)" if len(present) > 5 else "")
+        lone = (f"{reference / present[0]} is its only file, named like one shard of a sharded checkpoint, and "
+                if len(present) == 1 else f"it holds {shown} and ")
+        raise ExportInputError(
+            f"cannot check the export: the reference checkpoint {reference} has no {INDEX}; {lone}without the "
+            f"index the full set of tensor names it defines is unknown (only a single {SINGLE_FILE} is read "
+            f"without one). Fix: point the model path at a complete Hugging Face checkpoint (with its index), "
+            f"or set {MODE_ENV}=warn or off to save without this check.")
     try:
-        config = _reference_config(reference_dir)
-        want = reference_names(reference_dir)
-        have = exported_names(export_dir)
-    except ExportCheckError as err:
+        inventory = read_checkpoint(reference, "reference checkpoint")
+    except CheckpointInputError as err:
+        raise ExportInputError(f"cannot check the export: {err}") from None
+    if inventory.problems:
+        raise ExportInputError(
+            f"cannot check the export: the reference checkpoint {reference} is not a usable baseline: "
+            f"{'; '.join(inventory.problems[:_SHOWN])}. Fix: repair or re-download the reference checkpoint.")
+    if inventory.stray_shards:
+        logger.warning("verl-ascend-ext export check: %s has *.safetensors files its index does not name "
+                       "(ignored): %s", reference, _show(inventory.stray_shards))
+    return inventory
+
+
+def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
+    """Read both checkpoints and compare them; no side effect. ExportInputError if the check cannot run."""
+    export_dir, reference_dir = Path(export), Path(reference)
+    config = _reference_config(reference_dir)
+    wanted = read_reference(reference_dir)
+    try:
+        have = read_checkpoint(export_dir, "export")
+    except CheckpointInputError as err:
+        raise ExportInputError(f"cannot check the export: {err}") from None
+    result = compare(wanted.tensors, have.tensors, config, have.unreadable)
+    return ExportReport(
+        export=str(export_dir), reference=str(reference_dir), model_type=config.get("model_type"), mode=mode,
+        ok=not (have.problems or result.missing or result.mismatched),
+        tensors={"export": len(have.tensors), "reference": len(wanted.tensors)},
+        shards={"export": len(have.shards), "reference": len(wanted.shards)},
+        integrity=have.problems, stray_shards=have.stray_shards, missing=result.missing,
+        unreadable=result.unreadable, omitted=result.omitted, extra=result.extra, mismatched=result.mismatched,
+        converted=result.converted, diagnoses=result.diagnoses,
+        declared_omissions=result.declared_omissions, declared_conversions=result.declared_conversions,
+    )
+
+
+def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
+    """Check ``export`` against ``reference``, write the report beside the export, act per ``mode``.
+
+    ``error``: raise ExportCheckError (ExportInputError when the check cannot run) carrying the report;
+    ``warn``: log and return the report; ``off``: return a report saying so, reading nothing.
+    """
+    export_dir, reference_dir = Path(export), Path(reference)
+    if mode == "off":
+        return ExportReport(export=str(export_dir), reference=str(reference_dir), model_type=None, mode=mode,
+                            ok=True, error=f"not checked: {MODE_ENV}=off")
+    try:
+        report = inspect_export(export_dir, reference_dir, mode)
+    except ExportInputError as err:
         if mode == "error":
             raise
         logger.warning("%s", err)  # warn mode: a check that cannot run never stops training
         return ExportReport(export=str(export_dir), reference=str(reference_dir), model_type=None, mode=mode,
-                            ok=False)
-    declared = omissions_for(config)
-    missing, omitted = [], []
-    for name in sorted(want - have):
-        (omitted if any(o.matches(name, config) for o in declared) else missing).append(name)
-    report = ExportReport(
-        export=str(export_dir), reference=str(reference_dir), model_type=config.get("model_type"), mode=mode,
-        ok=not missing, missing=missing, omitted=omitted, extra=sorted(have - want),
-        declared_omissions=[f"{o.family}: {o.description}" for o in declared],
-    )
+                            ok=False, error=str(err))
     path = report_path_for(export_dir)
     try:
-        path.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
+        path.write_text(json.dumps(report.as_dict(), indent=1) + "\n")
         report.report_path = str(path)
     except OSError as err:
         logger.warning("verl-ascend-ext export check: report not written (%s): %s", path, err)
+    _log_notes(report)
+    if not report.ok:
+        message = (f"verl-ascend-ext export check: the Hugging Face export {export_dir} does not match the "
+                   f"reference checkpoint {reference_dir}:\n  - " + "\n  - ".join(report.findings()) +
+                   f"\nThe exported files were left as written; report: {report.report_path or 'not written'}.")
+        if mode == "error":
+            raise ExportCheckError(
+                f"{message} Fix: find why the export differs (a rank killed mid-save, a bridge that did not merge "
+                f"or dropped tensors), or declare the omission or conversion in verl_ascend_ext/checkpoint/"
+                f"omissions.py or conversions.py if the model really stores it so, or set {MODE_ENV}=warn to save "
+                f"anyway.", report)
+        logger.warning("%s", message)
+    return report
+
+
+def _log_notes(report: ExportReport) -> None:
+    if report.stray_shards:
+        logger.warning("verl-ascend-ext export check: %s has *.safetensors files its index does not name (left from "
+                       "an earlier save? not counted): %s", report.export, _show(report.stray_shards))
     if report.extra:
         logger.warning("verl-ascend-ext export check: %d tensor(s) in %s are not in the reference %s: %s",
-                       len(report.extra), export_dir, reference_dir, _show(report.extra))
+                       len(report.extra), report.export, report.reference, _show(report.extra))
     if report.omitted:
         logger.info("verl-ascend-ext export check: %d tensor(s) omitted as declared (%s)", len(report.omitted),
                     "; ".join(report.declared_omissions))
-    if missing:
-        message = (
-            f"verl-ascend-ext export check: the Hugging Face export {export_dir} lacks {len(missing)} tensor(s) of "
-            f"the reference checkpoint {reference_dir} that no declared omission for model_type "
-            f"{config.get('model_type')!r} covers: {_show(missing)}. The exported files were left as written; "
-            f"report: {path}."
-        )
-        if mode == "error":
-            raise ExportCheckError(f"{message} Fix: find why the bridge dropped them, or declare the omission in "
-                                   f"verl_ascend_ext/checkpoint/omissions.py if the model really does not need them, "
-                                   f"or set {MODE_ENV}=warn to save anyway.")
-        logger.warning("%s", message)
-    return report
+    for description, count in report.converted.items():
+        logger.info("verl-ascend-ext export check: %d tensor(s) converted as declared (%s)", count, description)
 
 
 def _reference_config(reference: Path) -> dict[str, Any]:
@@ -193,9 +201,9 @@ def _reference_config(reference: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as err:
-        raise ExportCheckError(f"{config_file} is not readable JSON: {err}") from err
+        raise ExportInputError(f"cannot check the export: {config_file} is not readable JSON: {err}") from err
     if not isinstance(config, dict):
-        raise ExportCheckError(f"{config_file} is not a JSON object")
+        raise ExportInputError(f"cannot check the export: {config_file} is not a JSON object")
     return config
 
 

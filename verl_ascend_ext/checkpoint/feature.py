@@ -22,8 +22,9 @@ MANAGER = "verl.utils.checkpoint.megatron_checkpoint_manager"
 EXPORT_CHECK = PatchRecord(
     id="checkpoint-export-check",
     feature="checkpoint",
-    why="checkpoint.strict=False (needed for GLM-5.x MTP layers) switches export validation off entirely; check the "
-    "exported tensor names against the reference, tolerating only the model family's declared omissions.",
+    why="checkpoint.strict=False (needed for GLM-5.x MTP layers) switches export validation off entirely; check every "
+    "exported shard's integrity and the tensor names, shapes and dtypes against the reference, tolerating only the "
+    "model family's declared omissions and conversions.",
     target=f"{MANAGER}:MegatronCheckpointManager._save_model_as_hf_via_bridge",
     gate=GATE.env,
     distribution="verl",
@@ -74,7 +75,7 @@ CONFIG_WHOLE = PatchRecord(
 def _validate_mode(_module: ModuleType) -> None:
     from ..patching.record import Status
     from ..patching.status import current
-    from .export_check import export_check_mode
+    from .mode import export_check_mode
 
     decided = current(EXPORT_CHECK.id)
     if decided is not None and decided.status in (Status.GATE_OFF, Status.DISABLED):
@@ -116,7 +117,7 @@ def _strict_finding() -> dict[str, str]:
 
 @hookimpl
 def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[dict[str, str]]:
-    from .export_check import MODE_ENV, export_check_mode
+    from .mode import MODE_ENV, export_check_mode
 
     try:
         mode = export_check_mode(environ)

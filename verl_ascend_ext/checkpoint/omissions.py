@@ -33,6 +33,17 @@ def mtp_layer(name: str, config: Mapping[str, Any]) -> bool:
     return bool(found) and isinstance(layers, int) and int(found.group(1)) >= layers
 
 
+def fp8_block_quantised(config: Mapping[str, Any]) -> bool:
+    """The checkpoint is stored in block-FP8 (``quantization_config.quant_method == "fp8"``, DeepSeek-style)."""
+    quantization = config.get("quantization_config")
+    return isinstance(quantization, Mapping) and quantization.get("quant_method") == "fp8"
+
+
+def fp8_scale(name: str, config: Mapping[str, Any]) -> bool:
+    """``*.weight_scale_inv`` of a block-FP8 reference: the scales an unquantised (bf16) export has no use for."""
+    return name.endswith(".weight_scale_inv") and fp8_block_quantised(config)
+
+
 OMISSIONS: tuple[Omission, ...] = (
     Omission(
         family="GLM-5.x",
@@ -42,11 +53,22 @@ OMISSIONS: tuple[Omission, ...] = (
         "transformers itself ignores them on load)",
         matches=mtp_layer,
     ),
+    Omission(
+        family="GLM-5.x",
+        model_types=("glm_moe_dsa",),
+        architectures=("GlmMoeDsaForCausalLM",),
+        description="FP8 scales: *.weight_scale_inv of a block-FP8 reference (quantization_config.quant_method "
+        "'fp8'), which an unquantised export does not carry",
+        matches=fp8_scale,
+    ),
 )
+
+
+def in_family(config: Mapping[str, Any], model_types: tuple[str, ...], architectures: tuple[str, ...]) -> bool:
+    """The model described by a Hugging Face ``config.json`` has one of these model types or architectures."""
+    return config.get("model_type") in model_types or bool(set(config.get("architectures") or ()) & set(architectures))
 
 
 def omissions_for(config: Mapping[str, Any]) -> list[Omission]:
     """The omissions declared for the model described by a Hugging Face ``config.json``."""
-    model_type = config.get("model_type")
-    architectures = set(config.get("architectures") or ())
-    return [o for o in OMISSIONS if model_type in o.model_types or architectures & set(o.architectures)]
+    return [o for o in OMISSIONS if in_family(config, o.model_types, o.architectures)]
