@@ -181,6 +181,18 @@ def test_pools_must_be_disjoint_and_rollout_devices_set_on_rollout() -> None:
     assert per_node.status == WARN and "trainer.n_gpus_per_node=16 but rollout.n_gpus_per_node=8" in per_node.detail
 
 
+def test_missing_search_path_is_reported_with_the_fix() -> None:
+    """Without the recipe's hydra.searchpath override, verl's relative search path finds nothing here."""
+    from verl_ascend_ext.recipes.compose import Tagged, check_config, verl_config_dir
+
+    _, overrides = emitted()
+    tagged = [Tagged(o, "recipe") for o in overrides if not o.startswith("hydra.searchpath=")]
+    result = check_config(CONFIG, tagged, verl_version="verl", validate=False, entry=ENTRY)
+    (finding,) = result.findings
+    assert finding.status == ERROR and "Could not load" in finding.detail
+    assert f"add the override 'hydra.searchpath=[file://{verl_config_dir()}]'" in finding.detail
+
+
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(get_recipe(NAME).script), *args], capture_output=True, text=True, timeout=300,
                           env=script_env(**env))

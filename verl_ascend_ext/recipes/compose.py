@@ -337,8 +337,13 @@ def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str
         try:
             base = _compose(config_dir, config_name, [])
         except Exception as err:
+            hint = ""
+            if not any(_key(ov).startswith("hydra.searchpath") for _, ov in active) and "Could not load" in str(err):
+                hint = (f" ({config_name} may look for its defaults on a search path relative to the working "
+                        f"directory: add the override 'hydra.searchpath=[file://{verl_config_dir()}]')")
             result.findings.append(Finding("config", config_name, ERROR,
-                                           f"cannot compose {config_name} from {config_dir}: {err}"))
+                                           f"cannot compose {config_name} from {config_dir}: "
+                                           f"{' '.join(str(err).split())}{hint}"))
             return result
 
     cfg = None
