@@ -223,8 +223,9 @@ def test_dry_run_prints_the_exact_fully_async_launch_command() -> None:
                  "async_training.trigger_parameter_sync_step=4", "data.max_prompt_length=2048",
                  "data.max_response_length=32768", "actor_rollout_ref.actor.megatron.router_replay.mode=R3",
                  "actor_rollout_ref.rollout.enable_rollout_routing_replay=True",
-                 "actor_rollout_ref.actor.checkpoint.strict=False"]:
+                 "actor_rollout_ref.actor.checkpoint.strict=False", "+ray_kwargs.ray_init.address=auto"]:
         assert fact in overrides, fact
+    assert not any("ray_init.address" in o for o in emitted(RAY_ADDRESS_OVERRIDE="")[1])
 
 
 def test_dry_run_stops_on_a_non_dividing_node_layout_naming_the_numbers() -> None:

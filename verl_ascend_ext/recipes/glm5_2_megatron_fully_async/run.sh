@@ -32,8 +32,9 @@ CKPT_DIR=${CKPT_DIR:-$HOME/ckpt/glm5_2_fully_async}
 ROLLOUT_DATA_DIR=${ROLLOUT_DATA_DIR:-$CKPT_DIR/rollout_data}
 PROJECT_NAME=${PROJECT_NAME:-verl_grpo_glm5_2}
 EXP_NAME=${EXP_NAME:-glm5_2_megatron_16train_16rollout_fully_async}
-# Ray cluster to join ("auto": the running one); empty leaves ray_init.address unset.
-RAY_ADDRESS=${RAY_ADDRESS-auto}
+# Ray cluster to join ("auto": the running one); empty leaves ray_init.address unset. Not RAY_ADDRESS,
+# which Ray reads itself and clusters often set to the dashboard's job-submission address.
+RAY_ADDRESS_OVERRIDE=${RAY_ADDRESS_OVERRIDE-auto}
 
 # Two disjoint resource pools: training (trainer.*) and rollout (rollout.*), whole nodes each.
 NNODES_TRAIN=${NNODES_TRAIN:-16}
@@ -108,8 +109,8 @@ RAY=(
     # gates itself, and harmless then (same value).
     "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_VLLM_ASCEND_GLM52_PATCH='1'"
 )
-if [ -n "$RAY_ADDRESS" ]; then
-    RAY+=(+ray_kwargs.ray_init.address="$RAY_ADDRESS")
+if [ -n "$RAY_ADDRESS_OVERRIDE" ]; then
+    RAY+=(+ray_kwargs.ray_init.address="$RAY_ADDRESS_OVERRIDE")
 fi
 
 DATA=(
