@@ -57,8 +57,9 @@ def run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(rows, indent=2))
             else:
+                width = max((len(row["name"]) for row in rows), default=0)
                 for row in rows:
-                    print(f"{row['name']:<24} {row['title']} [{', '.join(row['devices'])}]")
+                    print(f"{row['name']:<{width}}  {row['title']} [{', '.join(row['devices'])}]")
             return 0
         if args.recipe_command == "show":
             return _show(args.name, args.json)
@@ -96,9 +97,10 @@ def _show(name: str, as_json: bool) -> int:
           f"  devices:  {', '.join(info['devices'])}\n  gates:    {', '.join(info['gates']) or 'none'} (exported)"
           f"; relies on: {', '.join(info['expects']) or 'none'}\n"
           f"  upstream: {info['upstream']}\n\nValidated with (manifest.toml):")
+    width = max((len(p["name"]) for p in info["packages"]), default=0)
     for p in info["packages"]:
         pin = " ".join(x for x in (p["version"], p["repo"] and f"{p['repo']}@{p['branch']}", p["commit"]) if x)
-        print(f"  {p['name']:<16} [{p['on']}] {pin}")
+        print(f"  {p['name']:<{width}} [{p['on']}] {pin}")
     print(f"\nOverrides (against {info['config_name']} of {info['entry']}, with this environment):")
     print("\n".join(f"  {o}" for o in info["overrides"]))
     if "error" in info:
