@@ -329,3 +329,20 @@ def test_new_pins_are_checked_on_npu_nodes_by_commit(tmp_path: Path, monkeypatch
     # on a login node (--no-device) they are not failures
     login = {f.subject: f.status for f in check_manifest(manifest, "npu", no_device=True) if f.subject in four}
     assert login == dict.fromkeys(four, NOT_CHECKED)
+
+
+def test_gate_and_checkpoint_expectations_are_those_of_the_glm_recipe() -> None:
+    from verl_ascend_ext.recipes.check import gate_findings
+
+    recipe = get_recipe(NAME)
+    manifest = load_manifest(recipe.manifest)
+
+    def statuses(env: dict[str, str]) -> dict[str, str]:
+        return {f.subject: f.status for f in gate_findings(manifest, recipe.script, env)}
+
+    assert statuses({}) == {"VERL_VLLM_ASCEND_GLM52_PATCH": OK, "VERL_ASCEND_EXT_CHECKPOINT_FIXES": OK,
+                            "checkpoint-export-check": OK}
+    # checkpoint.strict=False relies on the export check: its gate off, its patch disabled or its mode off block
+    assert statuses({"VERL_ASCEND_EXT_CHECKPOINT_FIXES": "0"})["VERL_ASCEND_EXT_CHECKPOINT_FIXES"] == ERROR
+    assert statuses({"VERL_ASCEND_EXT_DISABLE": "checkpoint-export-check"})["checkpoint-export-check"] == ERROR
+    assert statuses({"VERL_ASCEND_EXT_EXPORT_CHECK": "off"})["VERL_ASCEND_EXT_EXPORT_CHECK"] == ERROR
