@@ -1,8 +1,8 @@
 """`verl-ascend recipe check`: everything that can be checked before a cluster is spent.
 
-Config (composed against the installed verl), manifest (installed versions and git commits; CANN and
-NNAL on NPU nodes), R2 router replay support, gates, the plugin's discovery and, unless ``--no-device``,
-the device.
+Config (composed against the installed verl), the node layout of fully-async recipes, manifest
+(installed versions and git commits; CANN and NNAL on NPU nodes), R2 router replay support, gates, the
+plugin's discovery and, unless ``--no-device``, the device.
 Any ``error`` finding makes the exit code 1.
 """
 
@@ -191,7 +191,7 @@ def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: 
               device: str | None = None, script: Path | None = None, validate: bool = True,
               environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """The check report and its exit code (0: launchable as far as checked here, 1: blocking findings)."""
-    from .compose import RecipeScriptError, Tagged, check_config, script_overrides
+    from .compose import FULLY_ASYNC_ENTRY, RecipeScriptError, Tagged, check_config, script_overrides, split_config_name
 
     env = dict(os.environ if environ is None else environ)
     recipe = get_recipe(name)
@@ -204,18 +204,23 @@ def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: 
     env.setdefault("DEVICE", device)
     verl = installed_version("verl") or "not installed"
     findings: list[Finding] = []
-    config_name = None
+    config_name = entry = None
     count = 0
     try:
-        config_name, recipe_overrides = script_overrides(script, env)
+        qualified, recipe_overrides = script_overrides(script, env)
     except RecipeScriptError as err:
         findings.append(Finding("config", str(script), ERROR, str(err)))
     else:
+        entry, config_name = split_config_name(qualified)
         tagged = [Tagged(o, "recipe") for o in recipe_overrides] + [Tagged(o, "user") for o in user_overrides or []]
         count = len(tagged)
-        result = check_config(config_name, tagged, verl_version=f"verl {verl}", validate=validate)
+        result = check_config(config_name, tagged, verl_version=f"verl {verl}", validate=validate, entry=entry)
         findings += result.findings
         if result.config is not None:
+            if entry == FULLY_ASYNC_ENTRY:
+                from .fully_async import layout_findings
+
+                findings += layout_findings(result.config, result.setters)
             findings += router_replay_findings(result.config, result.setters)
     findings += check_manifest(manifest, device, no_device)
     findings += cann_findings(manifest.path, device, no_device, env)
@@ -224,7 +229,7 @@ def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: 
     findings.append(device_finding(device, no_device))
     code = 1 if any(f.blocking for f in findings) else 0
     report = {"recipe": name, "script": str(script), "manifest": str(manifest.path), "verl": verl,
-              "device": device, "no_device": no_device, "config_name": config_name, "overrides": count,
+              "device": device, "no_device": no_device, "entry": entry, "config_name": config_name, "overrides": count,
               "findings": [f.as_dict() for f in findings], "exit_code": code}
     return report, code
 
@@ -233,7 +238,7 @@ def format_report(report: dict[str, Any]) -> str:
     out = [f"verl-ascend recipe check {report['recipe']}",
            f"  script:   {report['script']}", f"  manifest: {report['manifest']}",
            f"  verl {report['verl']}, device {report['device']}" + (" (--no-device)" if report["no_device"] else ""),
-           f"  {report['overrides']} overrides against {report['config_name']}", ""]
+           f"  {report['overrides']} overrides against {report['config_name']} (for {report['entry']})", ""]
     section = None
     for f in report["findings"]:
         if f["section"] != section:

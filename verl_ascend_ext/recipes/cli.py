@@ -57,8 +57,9 @@ def run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(rows, indent=2))
             else:
+                width = max((len(row["name"]) for row in rows), default=0)
                 for row in rows:
-                    print(f"{row['name']:<24} {row['title']} [{', '.join(row['devices'])}]")
+                    print(f"{row['name']:<{width}}  {row['title']} [{', '.join(row['devices'])}]")
             return 0
         if args.recipe_command == "show":
             return _show(args.name, args.json)
@@ -79,15 +80,16 @@ def run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
 def _show(name: str, as_json: bool) -> int:
     import os
 
-    from .compose import RecipeScriptError, script_overrides
+    from .compose import RecipeScriptError, script_overrides, split_config_name
 
     recipe = get_recipe(name)
     info = summary(load_manifest(recipe.manifest))
     info.update(directory=str(recipe.directory), script=str(recipe.script), readme=str(recipe.readme))
     try:
-        info["config_name"], info["overrides"] = script_overrides(recipe.script, os.environ)
+        qualified, info["overrides"] = script_overrides(recipe.script, os.environ)
+        info["entry"], info["config_name"] = split_config_name(qualified)
     except RecipeScriptError as err:
-        info["config_name"], info["overrides"], info["error"] = None, [], str(err)
+        info["entry"], info["config_name"], info["overrides"], info["error"] = None, None, [], str(err)
     if as_json:
         print(json.dumps(info, indent=2))
         return 0 if "error" not in info else 1
@@ -95,10 +97,11 @@ def _show(name: str, as_json: bool) -> int:
           f"  devices:  {', '.join(info['devices'])}\n  gates:    {', '.join(info['gates']) or 'none'} (exported)"
           f"; relies on: {', '.join(info['expects']) or 'none'}\n"
           f"  upstream: {info['upstream']}\n\nValidated with (manifest.toml):")
+    width = max((len(p["name"]) for p in info["packages"]), default=0)
     for p in info["packages"]:
         pin = " ".join(x for x in (p["version"], p["repo"] and f"{p['repo']}@{p['branch']}", p["commit"]) if x)
-        print(f"  {p['name']:<16} [{p['on']}] {pin}")
-    print(f"\nOverrides (against {info['config_name']}, with this environment):")
+        print(f"  {p['name']:<{width}} [{p['on']}] {pin}")
+    print(f"\nOverrides (against {info['config_name']} of {info['entry']}, with this environment):")
     print("\n".join(f"  {o}" for o in info["overrides"]))
     if "error" in info:
         print(f"error: {info['error']}", file=sys.stderr)

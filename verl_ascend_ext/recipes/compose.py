@@ -2,14 +2,18 @@
 
 Steps, each naming the override at fault:
 1. parse every override on its own (a grammar error names no override when parsed together);
-2. compose them with Hydra against ``<installed verl>/trainer/config`` (Hydra stops at the first bad
-   override: it is reported, dropped, and composition retried, so several mistakes show at once);
+2. compose them with Hydra against the config directory of the recipe's entry point in the installed
+   verl (``verl/trainer/config`` for ``verl.trainer.main_ppo``, ``verl/experimental/fully_async_policy/
+   config`` for the fully-async main; Hydra stops at the first bad override: it is reported, dropped,
+   and composition retried, so several mistakes show at once);
 3. type check: verl's YAML is untyped and its dataclasses do not check types, so each override's
    value is compared with the default it replaces (bool, int, float, str; int may widen to float;
    a null default is checked against the dataclass field's annotation when verl is imported);
 4. values still ``???`` (skipping sub-trees switched off with ``enable: false``) and unresolvable
    interpolations;
-5. optionally verl's own ``validate_config`` (CPU-safe; it imports verl, ~10 s).
+5. optionally the validation the entry point runs before Ray: verl's own ``validate_config``
+   (CPU-safe; it imports verl, ~10 s); for the fully-async main also what it and its trainer and
+   rollouter assert before any device work (see ``fully_async_validate``).
 Hydra and OmegaConf are imported here only; the CLI imports this module for ``recipe check`` only.
 """
 
@@ -42,6 +46,8 @@ from omegaconf.errors import OmegaConfBaseException
 from .findings import ERROR, OK, WARN, Finding
 
 EMIT_ENV = "VERL_ASCEND_RECIPE_EMIT"
+DEFAULT_ENTRY = "verl.trainer.main_ppo"
+FULLY_ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
 MAX_COMPOSE_ATTEMPTS = 8
 _ABSENT = object()
 
@@ -64,8 +70,17 @@ class ConfigResult:
     setters: dict[str, Tagged] = field(default_factory=dict)  # config key -> last override that set it
 
 
+def split_config_name(qualified: str) -> tuple[str, str]:
+    """``"<entry module>:<config name>"`` (or a bare config name, entry ``verl.trainer.main_ppo``)."""
+    entry, _, name = qualified.rpartition(":")
+    return entry or DEFAULT_ENTRY, name
+
+
 def script_overrides(script: Path, environ: Mapping[str, str]) -> tuple[str, list[str]]:
-    """Run ``script`` in emit mode: it prints its config name and overrides (NUL-separated) and exits."""
+    """Run ``script`` in emit mode: it prints its config name and overrides (NUL-separated) and exits.
+
+    The config name may be qualified with the entry module the script launches, ``module:name``
+    (see ``split_config_name``)."""
     env = dict(environ)
     env[EMIT_ENV] = "overrides"
     env.setdefault("PYTHON", sys.executable)
@@ -83,12 +98,16 @@ def script_overrides(script: Path, environ: Mapping[str, str]) -> tuple[str, lis
     return parts[0], parts[1:-1]
 
 
-def verl_config_dir() -> Path:
-    """``verl/trainer/config`` of the verl that ``import verl`` would load (found without importing it)."""
+def verl_config_dir(entry: str = DEFAULT_ENTRY) -> Path:
+    """The ``config`` folder beside ``entry`` (a module of verl, whose ``hydra.main`` reads
+    ``config_path="config"``) in the verl that ``import verl`` would load (found without importing it)."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         raise RecipeScriptError("verl is not installed in this Python environment")
-    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    package, *inner = entry.split(".")
+    if package != "verl" or not inner:
+        raise RecipeScriptError(f"entry point {entry!r} is not a module of verl")
+    return Path(next(iter(spec.submodule_search_locations))).joinpath(*inner[:-1]) / "config"
 
 
 def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig:
@@ -166,6 +185,11 @@ def _composition_detail(kind: str, key: str, exc: BaseException, base: DictConfi
 
 def _is_group_override(override: Override) -> bool:
     return "." not in _key(override) and override.type == OverrideType.CHANGE
+
+
+def _shapes_composition(override: Override) -> bool:
+    """Config-group choices and ``hydra.*`` settings (the search path): needed for the defaults too."""
+    return _is_group_override(override) or _key(override).startswith("hydra.")
 
 
 def _type_name(value: Any) -> str:
@@ -283,10 +307,16 @@ def missing_keys(cfg: DictConfig | ListConfig, prefix: str = "") -> list[str]:
     return found
 
 
-def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str, validate: bool) -> ConfigResult:
-    """Compose ``overrides`` against the installed verl's ``config_name`` and report every problem found."""
+def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str, validate: bool,
+                 entry: str = DEFAULT_ENTRY) -> ConfigResult:
+    """Compose ``overrides`` against the installed verl's ``config_name`` (in the config folder of the
+    ``entry`` module) and report every problem found."""
     result = ConfigResult()
-    config_dir = verl_config_dir()
+    try:
+        config_dir = verl_config_dir(entry)
+    except RecipeScriptError as err:
+        result.findings.append(Finding("config", entry, ERROR, str(err)))
+        return result
     result.config_dir = str(config_dir)
     parser = OverridesParser.create()
     active: list[tuple[Tagged, Override]] = []
@@ -300,15 +330,20 @@ def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str
             continue
         active.append((tagged, parsed))
 
-    groups = [t.text for t, ov in active if _is_group_override(ov)]
+    groups = [t.text for t, ov in active if _shapes_composition(ov)]
     try:
         base = _compose(config_dir, config_name, groups)
     except Exception:
         try:
             base = _compose(config_dir, config_name, [])
         except Exception as err:
+            hint = ""
+            if not any(_key(ov).startswith("hydra.searchpath") for _, ov in active) and "Could not load" in str(err):
+                hint = (f" ({config_name} may look for its defaults on a search path relative to the working "
+                        f"directory: add the override 'hydra.searchpath=[file://{verl_config_dir()}]')")
             result.findings.append(Finding("config", config_name, ERROR,
-                                           f"cannot compose {config_name} from {config_dir}: {err}"))
+                                           f"cannot compose {config_name} from {config_dir}: "
+                                           f"{' '.join(str(err).split())}{hint}"))
             return result
 
     cfg = None
@@ -349,7 +384,12 @@ def check_config(config_name: str, overrides: list[Tagged], *, verl_version: str
         result.findings.append(Finding("config", config_name, OK,
                                        f"{len(overrides)} overrides compose against {config_dir} ({verl_version})"))
     if validate and not any(f.blocking for f in result.findings):
-        result.findings.append(verl_validate(cfg))
+        if entry == FULLY_ASYNC_ENTRY:
+            from .fully_async import fully_async_validate
+
+            result.findings += fully_async_validate(cfg)
+        else:
+            result.findings.append(verl_validate(cfg))
     return result
 
 
