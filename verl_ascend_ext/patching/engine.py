@@ -4,7 +4,9 @@
 after its module was imported. Both hand the definition they found to ``classify``, so a prediction
 and what really happens cannot disagree. ``apply`` wraps with wrapt, marks the wrapper with the
 patch id, refuses (raises) on code it does not recognise, and is a no-op when the target already
-carries our wrapper or a foreign marker. ``unpatch`` restores only our own wrapper (tests).
+carries our wrapper or a foreign marker. On code that already carries the fix it sets the record's
+``exposes_markers`` on the upstream function (``shield``), so that other copies stand down there too.
+``unpatch`` restores only our own wrapper and marks (tests).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import wrapt
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
 from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
+from .shield import expose_on_upstream, set_by_us, withdraw
 from .source import (
     Definition,
     definition_in_file,
@@ -195,7 +198,7 @@ def _resolve(record: PatchRecord) -> tuple[Any, str, Any]:
 def _foreign_marker(record: PatchRecord, owner: Any, live: Any) -> str | None:
     for marker in record.foreign_markers:
         for obj in (live, getattr(live, "__func__", None), owner):
-            if obj is not None and getattr(obj, marker, False):
+            if obj is not None and getattr(obj, marker, False) and not set_by_us(obj, marker):
                 return marker
     return None
 
@@ -237,6 +240,7 @@ def apply(record: PatchRecord) -> PatchStatus:
             _set(record, status, detail, definition.where if definition else "")
             raise PatchRefusedError(detail)
         if status is Status.FIXED_UPSTREAM:
+            detail += expose_on_upstream(record, live)  # other copies stand down on the fixed code too (shield)
             return _set(record, status, detail, definition.where if definition else "")
         module_name, _, func_name = record.wrapper.partition(":")
         wrapper_fn = getattr(importlib.import_module(module_name), func_name)
@@ -306,9 +310,10 @@ def _apply_import(record: PatchRecord) -> PatchStatus:
 
 
 def unpatch(patch_id: str) -> bool:
-    """Restore the original of ``patch_id`` if our wrapper is still in place; forget its status."""
+    """Restore the original of ``patch_id`` if our wrapper is still in place; forget its status and upstream marks."""
     with lock:
         forget(patch_id)
+        withdraw(patch_id)
         done = _applied.pop(patch_id, None)
         if done is None:
             return False

@@ -122,7 +122,8 @@ class PatchRecord(NamedTuple):
     # target); the function reaches the original through ``engine.original(record.id)``.
     action: str = "wrap"
     # Marker attributes our wrapper answers True to, as class attributes of the wrapper type (the wrapped
-    # function is not touched): another copy of the same fix that checks these markers stands down.
+    # function is not touched): another copy of the same fix that checks these markers stands down. When the
+    # fix is upstream, the engine sets them on the upstream function itself (attribute only, see ``shield``).
     exposes_markers: tuple[str, ...] = ()
     # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
     # that carries them into spawned processes: it stands down unless one of them is applied.
