@@ -28,6 +28,8 @@ from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
 from .shield import expose_on_upstream, set_by_us, withdraw
 from .source import (
     Definition,
+    active_lookup,
+    canonical_name,
     definition_in_file,
     definition_of_object,
     find_module_file,
@@ -51,6 +53,10 @@ _applied: dict[str, _Applied] = {}  # patch id -> what we replaced
 
 
 def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (inside ``source.looking_in``: the lookup's), or None."""
+    lookup = active_lookup()
+    if lookup is not None:
+        return lookup.versions.get(canonical_name(distribution))
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
