@@ -156,7 +156,8 @@ def module_files(distribution: str) -> list[str]:
     for record in registry().records:
         if canonical_name(record.distribution) == canonical_name(distribution):
             modules.add(record.module)
-            parts = [record.original, record.fixed, *record.original.also, *record.fixed.also]
+            shapes = [record.original, record.fixed, *record.fixed_shapes, *record.changes]
+            parts = [*shapes, *(part for shape in shapes for part in shape.also)]
             modules.update(f.at.partition(":")[0] for f in parts if ":" in f.at)
         for copy in record.foreign_copies:
             module = copy.target.partition(":")[0]

@@ -82,16 +82,19 @@ def source_definition(target: str) -> Definition | None:
     return definition_in_file(path, qualname) if path is not None else None
 
 
-def _at(fingerprint: Fingerprint, own: Definition) -> Definition | None:
-    """The definition ``fingerprint`` reads: ``own``, its ``at`` target, or (bare qualname) one in ``own``'s file."""
+def _at(fingerprint: Fingerprint, own: Definition | None) -> Definition | None:
+    """The definition ``fingerprint`` reads: ``own``, its ``at`` target, or (bare qualname) one in ``own``'s file.
+
+    ``own`` is None when the target is not defined: then only an ``at`` naming "module:Qual.name" can be read.
+    """
     if not fingerprint.at:
         return own
     if ":" not in fingerprint.at:
-        return definition_in_file(own.path, fingerprint.at, inherited=True)
+        return definition_in_file(own.path, fingerprint.at, inherited=True) if own is not None else None
     return source_definition(fingerprint.at)
 
 
-def fingerprint_matches(fingerprint: Fingerprint, own: Definition) -> bool:
+def fingerprint_matches(fingerprint: Fingerprint, own: Definition | None) -> bool:
     """``fingerprint`` on ``own`` (or on the source of its ``at`` target), and all of its ``also`` parts."""
     definition = _at(fingerprint, own)
     if definition is None:
@@ -113,14 +116,23 @@ def _explain(fingerprint: Fingerprint, own: Definition) -> str:
 
 
 def classify(record: PatchRecord, definition: Definition | None, where: str) -> tuple[Status, str]:
-    """The shared decision: fixed upstream, patchable, or refused (with the full message)."""
+    """The shared decision: fixed upstream, patchable, or refused (with the full message).
+
+    ``definition`` is None when the target is not defined; a fixed shape reading another definition
+    (``Fingerprint.at`` = "module:Qual.name") can still recognise a fix that removed it.
+    """
+    for fixed in (record.fixed, *record.fixed_shapes):
+        if fingerprint_matches(fixed, definition):
+            return Status.FIXED_UPSTREAM, f"recognised the fix in place: {fixed.description}"
     if definition is None:
-        return Status.REFUSED, refusal_message(record, None, where, f"'{record.qualname}' is not defined there")
-    if fingerprint_matches(record.fixed, definition):
-        return Status.FIXED_UPSTREAM, f"recognised the fix in place: {record.fixed.description}"
-    if fingerprint_matches(record.original, definition):
+        reason = f"'{record.qualname}' is not defined there"
+    elif fingerprint_matches(record.original, definition):
         return Status.WILL_APPLY, f"recognised the code to fix: {record.original.description}"
-    reason = f"original fingerprint: {_explain(record.original, definition)}"
+    else:
+        reason = f"original fingerprint: {_explain(record.original, definition)}"
+    changed = [change.description for change in record.changes if fingerprint_matches(change, definition)]
+    if changed:
+        reason += "; what changed: " + "; ".join(changed)
     return Status.REFUSED, refusal_message(record, definition, where, reason)
 
 
@@ -222,9 +234,10 @@ def apply(record: PatchRecord) -> PatchStatus:
             owner, name, live = _resolve(record)
         except (KeyError, AttributeError):
             where = getattr(sys.modules.get(record.module), "__file__", None) or record.module
-            message = refusal_message(record, None, where, f"'{record.qualname}' is not defined there")
-            _set(record, Status.REFUSED, message)
-            raise PatchRefusedError(message) from None
+            gone = _set(record, *classify(record, None, where))  # a fix may have removed the target (fixed_shapes)
+            if gone.status is Status.REFUSED:
+                raise PatchRefusedError(gone.detail) from None
+            return gone
         mine = getattr(live, MARKER, None)
         if mine == record.id:
             return current(record.id) or _set(record, Status.APPLIED, "already wrapped in this process")

@@ -130,6 +130,12 @@ class PatchRecord(NamedTuple):
     serves: tuple[str, ...] = ()
     # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
     foreign_copies: tuple[ForeignCopy, ...] = ()
+    # Further shapes of the fix (any one of ``fixed`` and these suffices). A shape whose ``at`` names another
+    # "module:Qual.name" can recognise a fix that removed the target itself (e.g. a class that is gone).
+    fixed_shapes: tuple[Fingerprint, ...] = ()
+    # Shapes read in later releases that this patch does not handle: when the code is refused, the
+    # description of each one that matches is added to the refusal, saying what changed.
+    changes: tuple[Fingerprint, ...] = ()
 
     @property
     def module(self) -> str:
