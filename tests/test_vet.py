@@ -57,7 +57,8 @@ def all_gates_on() -> dict[str, str]:
 def test_vllm_0_23_wheel_will_apply_as_doctor_predicts_on_the_installed_0_23() -> None:
     report, code = vet([artifact("vllm-0.23.0-*.whl")])
     assert code == 0 and report["artifacts"][0] | {"path": ""} == {
-        "path": "", "kind": "wheel", "distribution": "vllm", "version": "0.23.0", "packages": ["vllm"]}
+        "path": "", "kind": "wheel", "distribution": "vllm", "version": "0.23.0", "packages": ["vllm"],
+        "versions": {"vllm": "0.23.0"}}
     assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "will-apply")
     installed = {r.id: predict(r, frozenset(), all_gates_on()).status.value
                  for r in registry().records if r.distribution == "vllm"}
@@ -98,7 +99,8 @@ def test_verl_0_9_1_wheel_and_sdist_agree_and_show_verls_in_tree_copy() -> None:
     sdist, sdist_code = vet([artifact("verl-0.9.1.tar.gz")])
     assert code == sdist_code == 0
     assert sdist["artifacts"][0] | {"path": ""} == {"path": "", "kind": "sdist", "distribution": "verl",
-                                                     "version": "0.9.1", "packages": ["verl"]}
+                                                     "version": "0.9.1", "packages": ["verl"],
+                                                     "versions": {"verl": "0.9.1"}}
     assert statuses(wheel) == statuses(sdist)
     copies = {c["target"].rpartition(":")[2] for c in wheel["foreign_copies"] if c["recognised"]}
     assert copies == {"patch_vllm_glm52_partial_wake_up", "patch_vllm_ascend_glm52", "patch_camem_sleep",
@@ -183,3 +185,15 @@ def test_unusable_input_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "vet", str(tmp_path / "notes.txt")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "UNUSABLE INPUT (exit 2)" in proc.stdout
+
+
+def test_one_tree_holding_two_packages_vets_both(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "site")  # vllm_ascend/ and its dist-info (0.23.0) ...
+    core = tree / "vllm" / "v1" / "engine" / "core.py"  # ... plus vLLM 0.33.0's engine core, without metadata
+    core.parent.mkdir(parents=True)
+    shutil.copyfile(released_core("0.33.0"), core)
+    report, code = vet([str(tree)])
+    assert code == 0 and report["artifacts"][0]["packages"] == ["vllm", "vllm_ascend"]
+    assert report["artifacts"][0]["versions"] == {"vllm": "unknown", "vllm-ascend": "0.23.0"}
+    assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")
+    assert statuses(report, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "will-apply")

@@ -39,8 +39,9 @@ class Artifact(NamedTuple):
     root: Path  # directory holding its top-level package(s)
     shown: str  # how paths under ``root`` are shown (archives: "ARTIFACT!"; a package folder: its parent)
     packages: tuple[str, ...]  # top-level packages found
-    distribution: str
+    distribution: str  # the main one (the first whose version is known)
     version: str
+    versions: dict[str, str]  # every distribution found -> version
 
 
 def top_packages() -> dict[str, str]:
@@ -91,15 +92,20 @@ def _tree(given: str, kind: str, d: Path, scratch: Path) -> Artifact:
         packages, meta_dirs = _packages_in(root, tops), [root, d]
         inner = root.relative_to(d).as_posix()
         shown = str(root) if kind == "directory" else f"{given}!" + ("" if inner == "." else f"/{inner}")
-    meta = _metadata_in(meta_dirs, {canonical_name(tops[p]) for p in packages})
-    distribution, version = tops[packages[0]], UNKNOWN
+    versions = {canonical_name(tops[p]): _version(p, tops[p], root, meta_dirs) for p in packages}
+    distribution = next((d for d, v in versions.items() if v != UNKNOWN), next(iter(versions)))
+    return Artifact(given, kind, root, shown, packages, distribution, versions[distribution], versions)
+
+
+def _version(package: str, distribution: str, root: Path, meta_dirs: list[Path]) -> str:
+    """``distribution``'s version from its metadata (PKG-INFO, METADATA) or version file, else "unknown"."""
+    meta = _metadata_in(meta_dirs, {canonical_name(distribution)})
     if meta is not None:
-        distribution, version = meta
-    else:
-        for rel in VERSION_FILES:
-            if rel.split("/")[0] in packages and (root / rel).is_file():
-                version = (root / rel).read_text(encoding="utf-8").strip()
-    return Artifact(given, kind, root, shown, packages, canonical_name(distribution), version)
+        return meta[1]
+    for rel in VERSION_FILES:
+        if rel.split("/")[0] == package and (root / rel).is_file():
+            return (root / rel).read_text(encoding="utf-8").strip()
+    return UNKNOWN
 
 
 def _wanted(name: str) -> bool:
@@ -206,7 +212,7 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
                             "exit_code": 2}, 2
                 owners[package] = a.path
         reg = registry()
-        lookup = Lookup(tuple(a.root for a in artifacts), {a.distribution: a.version for a in artifacts})
+        lookup = Lookup(tuple(a.root for a in artifacts), {d: v for a in artifacts for d, v in a.versions.items()})
         environ = {gate.env: "1" for gate in reg.gates}
         with looking_in(lookup):
             patches = [predict(r, frozenset(), environ).as_dict() for r in reg.records]
@@ -223,7 +229,7 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
     code = 1 if refused else 0
     report = {
         "artifacts": [{"path": a.path, "kind": a.kind, "distribution": a.distribution, "version": a.version,
-                       "packages": list(a.packages)} for a in artifacts],
+                       "packages": list(a.packages), "versions": a.versions} for a in artifacts],
         "gates": sorted(environ),
         "patches": patches,
         "foreign_copies": copies,
