@@ -9,6 +9,7 @@ cd "$ROOT"
 "$VENV/bin/verl-ascend" catalogue --check docs/patches.md
 scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogniser tests (cached)
 scripts/fetch_vllm.sh "$PY"  # vLLM 0.23.0 installed --no-deps + core.py of later releases (cached)
+scripts/fetch_vet_artifacts.sh "$PY"  # verl / vLLM / vLLM-Ascend release artifacts for `vet` (cached)
 
 # pytest exits 5 when a phase selects no test (possible when the caller narrows the run with
 # arguments); that phase then has nothing to fail.

@@ -38,9 +38,11 @@ def render() -> str:
             f"| gate | `{record.gate}` |",
             f"| runs | {RUNS[record.traced]} |",
             f"| patches code that | {_cell(record.original.description)} |",
-            f"| stands down when | {_cell(record.fixed.description)}"
+            f"| stands down when | {_cell('; or '.join(f.description for f in (record.fixed, *record.fixed_shapes)))}"
             + (f"; or marker `{'`, `'.join(record.foreign_markers)}` present" if record.foreign_markers else "")
             + " |",
+            *([f"| refuses, naming the change, when | {_cell('; or '.join(c.description for c in record.changes))} |"]
+              if record.changes else []),
             f"| upstream | {_cell(record.upstream)} |",
             f"| remove when | {_cell(record.remove_when)} |",
             "",

@@ -1,4 +1,4 @@
-"""The ``verl-ascend`` command line: doctor, catalogue, export-check (and the subcommands features add)."""
+"""The ``verl-ascend`` command line: doctor, vet, catalogue, export-check (and the subcommands features add)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
     doctor.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
                         help="with --ray: give up (exit 2) after this many seconds (default 120)")
+    vet = sub.add_parser("vet", help="predict every patch's status on a wheel, sdist or source tree, not installed")
+    vet.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
+                     help="a wheel, sdist or source directory of verl, vLLM or vLLM-Ascend (several: vetted together)")
+    vet.add_argument("--json", action="store_true", help="print one JSON object")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     from .checkpoint.cli import add_parser as add_export_check_parser
@@ -43,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import main as doctor_main
 
         return doctor_main(as_json=args.json)
+    if args.command == "vet":
+        from .vet import main as vet_main
+
+        return vet_main(args.artifacts, as_json=args.json)
     if args.command == "recipe":
         from .recipes.cli import run as recipe_run
 

@@ -29,6 +29,9 @@ UPSTREAM_GLM52 = "vllm-ascend commit ca0420391 (named by verl 0.9.1's in-tree co
 REMOVE_GLM52 = "the minimum supported vLLM-Ascend contains the fix (doctor then reports fixed-upstream)"
 
 SFA_CALLER = "vllm_ascend.attention.sfa_v1:AscendSFAImpl.indexer_select_post_process"
+CP_MODULE = "vllm_ascend.attention.context_parallel.sfa_cp"
+CP_COMMON = "vllm_ascend.attention.context_parallel.common_cp"
+OWN_INDEXER = r"def \w*indexer_select\w*\("
 CP_CALLER = "vllm_ascend.attention.context_parallel.sfa_cp:AscendSFACPImpl.indexer_select_post_process"
 # weights * n_head^-0.5 * head_dim^-0.5 as ast.unparse writes it
 SCALED = r"weights = (weights|kw\[:, self\.head_dim:\]) \* self\.n_head \*\* \(-0\.5\) \* self\.head_dim \*\* \(-0\.5\)"
@@ -61,6 +64,12 @@ RMSNORM = PatchRecord(
         absent=(r"npu_add_rms_norm",),
         description="residual added explicitly, then npu_rms_norm of the sum, bias added after the norm",
     ),
+    changes=(Fingerprint(
+        contains=(r"npu_add_rms_norm\w*\(x, residual",),
+        absent=(r"maybe_chunk_residual", r"residual = x \+ residual"),
+        description="the fused add-and-norm (the bug) is still there, but torch.ops.vllm.maybe_chunk_residual, which "
+        "the replacement calls, is gone (FlashComm v1 removed, vLLM-Ascend #13946, after v0.25.1rc1)",
+    ),),
     wrapper="verl_ascend_ext.glm52.ascend_layernorm:add_then_rms_norm",
     upstream=UPSTREAM_GLM52,
     remove_when=REMOVE_GLM52,
@@ -177,6 +186,18 @@ INDEXER_CP = PatchRecord(
         absent=(r"DeviceOperator\.",),
         description="AscendSFACPImpl.indexer_select_post_process scales weights before _execute_indexer_select",
     ),
+    fixed_shapes=(Fingerprint(
+        at=f"{CP_MODULE}:<module>",
+        contains=(r"^class \w+\([^)\n]*\bAscendSFAImpl\):",),
+        absent=(r"^class AscendSFACPImpl\b", OWN_INDEXER),
+        also=(Fingerprint(at=f"{CP_COMMON}:<module>", contains=(r"^class DCPImplMixin\b",), absent=(OWN_INDEXER,),
+                          description="the CP mixin defines no indexer either"),
+              Fingerprint(at=SFA_CALLER, contains=(r"DeviceOperator\.indexer_select_post_process\(self, ",),
+                          description="AscendSFAImpl's indexer goes through DeviceOperator")),
+        description="no CP bypass any more: AscendSFACPImpl is gone and the SFA context-parallel classes (subclasses "
+        "of AscendSFAImpl) define no indexer of their own, so they reach DeviceOperator.indexer_select_post_process "
+        "(scaled there by glm52-ascend-indexer-scale-base/-a5, or upstream)",
+    ),),
     wrapper="verl_ascend_ext.glm52.ascend_sfa:scale_cp_indexer_weights",
     upstream="none found (verl 0.9.1's in-tree copy does not cover the CP path either)",
     remove_when=REMOVE_GLM52,
@@ -243,6 +264,14 @@ ROUTED_EXPERTS = PatchRecord(
     "required (it then reports already-applied)",
     traced=False,
     action="import",
+    changes=(Fingerprint(
+        contains=(r"^_V2_MODEL_RUNNER_SUPPORTED = not vllm_version_is\('(?!0\.23\.0')[\w.]+'\)$",
+                  r"^if _V2_MODEL_RUNNER_SUPPORTED:\n"
+                  r"    import vllm_ascend\.patch\.worker\.patch_routed_experts_capture$"),
+        description="the capture is now skipped on the later vLLM this vLLM-Ascend pairs with "
+        "(_V2_MODEL_RUNNER_SUPPORTED = not vllm_version_is(<that release>)): the same gap, but importing the "
+        "capture with that vLLM was not verified",
+    ),),
     foreign_copies=(_verl_copy("apply_npu_vllm_patches", r"if _glm52_patch_enabled\(\):\n\s+import "
                                r"vllm_ascend\.patch\.worker\.patch_routed_experts_capture\n",
                                what="imports the capture module"),),

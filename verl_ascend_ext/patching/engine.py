@@ -5,7 +5,9 @@ after its module was imported. Both hand the definition they found to ``classify
 and what really happens cannot disagree. ``apply`` installs a plain-function replacement that
 torch.compile traces (``replacement``), marked with the patch id, refuses (raises) on code it does not
 recognise or on a replacement dynamo would bypass, and is a no-op when the target already carries our
-replacement or a foreign marker. ``unpatch`` restores only our own replacement (tests).
+replacement or a foreign marker. On code that already carries the fix it sets the record's
+``exposes_markers`` on the upstream function (``shield``), so that other copies stand down there too.
+``unpatch`` restores only our own replacement and marks (tests).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
 from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
 from .replacement import MARKER, UntraceableReplacementError, build, untraceable
+from .shield import expose_on_upstream, set_by_us, withdraw
 from .source import (
     Definition,
+    active_lookup,
+    canonical_name,
     definition_in_file,
     definition_of_object,
     find_module_file,
@@ -45,6 +50,10 @@ _applied: dict[str, _Applied] = {}  # patch id -> what we replaced
 
 
 def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (inside ``source.looking_in``: the lookup's), or None."""
+    lookup = active_lookup()
+    if lookup is not None:
+        return lookup.versions.get(canonical_name(distribution))
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -70,16 +79,19 @@ def source_definition(target: str) -> Definition | None:
     return definition_in_file(path, qualname) if path is not None else None
 
 
-def _at(fingerprint: Fingerprint, own: Definition) -> Definition | None:
-    """The definition ``fingerprint`` reads: ``own``, its ``at`` target, or (bare qualname) one in ``own``'s file."""
+def _at(fingerprint: Fingerprint, own: Definition | None) -> Definition | None:
+    """The definition ``fingerprint`` reads: ``own``, its ``at`` target, or (bare qualname) one in ``own``'s file.
+
+    ``own`` is None when the target is not defined: then only an ``at`` naming "module:Qual.name" can be read.
+    """
     if not fingerprint.at:
         return own
     if ":" not in fingerprint.at:
-        return definition_in_file(own.path, fingerprint.at, inherited=True)
+        return definition_in_file(own.path, fingerprint.at, inherited=True) if own is not None else None
     return source_definition(fingerprint.at)
 
 
-def fingerprint_matches(fingerprint: Fingerprint, own: Definition) -> bool:
+def fingerprint_matches(fingerprint: Fingerprint, own: Definition | None) -> bool:
     """``fingerprint`` on ``own`` (or on the source of its ``at`` target), and all of its ``also`` parts."""
     definition = _at(fingerprint, own)
     if definition is None:
@@ -101,14 +113,23 @@ def _explain(fingerprint: Fingerprint, own: Definition) -> str:
 
 
 def classify(record: PatchRecord, definition: Definition | None, where: str) -> tuple[Status, str]:
-    """The shared decision: fixed upstream, patchable, or refused (with the full message)."""
+    """The shared decision: fixed upstream, patchable, or refused (with the full message).
+
+    ``definition`` is None when the target is not defined; a fixed shape reading another definition
+    (``Fingerprint.at`` = "module:Qual.name") can still recognise a fix that removed it.
+    """
+    for fixed in (record.fixed, *record.fixed_shapes):
+        if fingerprint_matches(fixed, definition):
+            return Status.FIXED_UPSTREAM, f"recognised the fix in place: {fixed.description}"
     if definition is None:
-        return Status.REFUSED, refusal_message(record, None, where, f"'{record.qualname}' is not defined there")
-    if fingerprint_matches(record.fixed, definition):
-        return Status.FIXED_UPSTREAM, f"recognised the fix in place: {record.fixed.description}"
-    if fingerprint_matches(record.original, definition):
+        reason = f"'{record.qualname}' is not defined there"
+    elif fingerprint_matches(record.original, definition):
         return Status.WILL_APPLY, f"recognised the code to fix: {record.original.description}"
-    reason = f"original fingerprint: {_explain(record.original, definition)}"
+    else:
+        reason = f"original fingerprint: {_explain(record.original, definition)}"
+    changed = [change.description for change in record.changes if fingerprint_matches(change, definition)]
+    if changed:
+        reason += "; what changed: " + "; ".join(changed)
     return Status.REFUSED, refusal_message(record, definition, where, reason)
 
 
@@ -192,7 +213,7 @@ def _resolve(record: PatchRecord) -> tuple[Any, str, Any]:
 def _foreign_marker(record: PatchRecord, owner: Any, live: Any) -> str | None:
     for marker in record.foreign_markers:
         for obj in (live, getattr(live, "__func__", None), owner):
-            if obj is not None and getattr(obj, marker, False):
+            if obj is not None and getattr(obj, marker, False) and not set_by_us(obj, marker):
                 return marker
     return None
 
@@ -210,9 +231,10 @@ def apply(record: PatchRecord) -> PatchStatus:
             owner, name, live = _resolve(record)
         except (KeyError, AttributeError):
             where = getattr(sys.modules.get(record.module), "__file__", None) or record.module
-            message = refusal_message(record, None, where, f"'{record.qualname}' is not defined there")
-            _set(record, Status.REFUSED, message)
-            raise PatchRefusedError(message) from None
+            gone = _set(record, *classify(record, None, where))  # a fix may have removed the target (fixed_shapes)
+            if gone.status is Status.REFUSED:
+                raise PatchRefusedError(gone.detail) from None
+            return gone
         mine = getattr(getattr(live, "__func__", live), MARKER, None)  # on the function, also for a staticmethod
         if mine == record.id:
             return current(record.id) or _set(record, Status.APPLIED, "already wrapped in this process")
@@ -234,6 +256,7 @@ def apply(record: PatchRecord) -> PatchStatus:
             _set(record, status, detail, definition.where if definition else "")
             raise PatchRefusedError(detail)
         if status is Status.FIXED_UPSTREAM:
+            detail += expose_on_upstream(record, live)  # other copies stand down on the fixed code too (shield)
             return _set(record, status, detail, definition.where if definition else "")
         module_name, _, func_name = record.wrapper.partition(":")
         impl = getattr(importlib.import_module(module_name), func_name)
@@ -298,9 +321,10 @@ def _apply_import(record: PatchRecord) -> PatchStatus:
 
 
 def unpatch(patch_id: str) -> bool:
-    """Restore the original of ``patch_id`` if our wrapper is still in place; forget its status."""
+    """Restore the original of ``patch_id`` if our wrapper is still in place; forget its status and upstream marks."""
     with lock:
         forget(patch_id)
+        withdraw(patch_id)
         done = _applied.pop(patch_id, None)
         if done is None:
             return False

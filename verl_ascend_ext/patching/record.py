@@ -127,13 +127,20 @@ class PatchRecord(NamedTuple):
     # target); the function reaches the original through ``engine.original(record.id)``.
     action: str = "wrap"
     # Marker attributes set to True on our replacement function (the original is not touched): another copy
-    # of the same fix that checks these markers stands down.
+    # of the same fix that checks these markers stands down. When the fix is upstream, the engine sets them on
+    # the upstream function itself (attribute only, see ``shield``).
     exposes_markers: tuple[str, ...] = ()
     # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
     # that carries them into spawned processes: it stands down unless one of them is applied.
     serves: tuple[str, ...] = ()
     # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
     foreign_copies: tuple[ForeignCopy, ...] = ()
+    # Further shapes of the fix (any one of ``fixed`` and these suffices). A shape whose ``at`` names another
+    # "module:Qual.name" can recognise a fix that removed the target itself (e.g. a class that is gone).
+    fixed_shapes: tuple[Fingerprint, ...] = ()
+    # Shapes read in later releases that this patch does not handle: when the code is refused, the
+    # description of each one that matches is added to the refusal, saying what changed.
+    changes: tuple[Fingerprint, ...] = ()
 
     @property
     def module(self) -> str:

@@ -17,13 +17,17 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,68 @@ class Definition:
         return f"{self.path}:{self.lineno}"
 
 
+class Lookup(NamedTuple):
+    """Where module files and distribution versions are looked up instead of the installed environment.
+
+    ``roots``: directories holding top-level packages (as site-packages does); ``versions``: distribution
+    name (canonical, lower-case with dashes) -> version. ``verl-ascend vet`` predicts against an artifact
+    (a wheel, sdist or source tree) this way, with the same code doctor uses.
+    """
+
+    roots: tuple[Path, ...]
+    versions: Mapping[str, str]
+
+
+_lookup: ContextVar[Lookup | None] = ContextVar("verl_ascend_ext_lookup", default=None)
+
+
+@contextmanager
+def looking_in(lookup: Lookup) -> Iterator[None]:
+    """Within this block, ``find_module_file`` and ``lookup_version`` see only ``lookup``."""
+    token = _lookup.set(lookup)
+    try:
+        yield
+    finally:
+        _lookup.reset(token)
+
+
+def active_lookup() -> Lookup | None:
+    return _lookup.get()
+
+
+def canonical_name(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def _find_in_roots(module: str, roots: tuple[Path, ...]) -> Path | None:
+    top, *rest = module.split(".")
+    for root in roots:
+        if not rest and (root / f"{top}.py").is_file():
+            return root / f"{top}.py"
+        base = root / top
+        for part in rest[:-1]:
+            base = base / part
+        if not base.is_dir():
+            continue
+        if not rest:
+            return base / "__init__.py" if (base / "__init__.py").is_file() else None
+        if (base / f"{rest[-1]}.py").is_file():
+            return base / f"{rest[-1]}.py"
+        if (base / rest[-1] / "__init__.py").is_file():
+            return base / rest[-1] / "__init__.py"
+    return None
+
+
 def find_module_file(module: str) -> Path | None:
     """Path of ``module``'s source file, found without importing it or its parents.
 
     Only the top-level package is looked up through the import system (which, for a top-level
-    name, imports nothing); submodules are found by walking its directories.
+    name, imports nothing); submodules are found by walking its directories. Inside ``looking_in``,
+    only the lookup's roots are searched.
     """
+    lookup = _lookup.get()
+    if lookup is not None:
+        return _find_in_roots(module, lookup.roots)
     loaded = sys.modules.get(module)
     loaded_file = getattr(loaded, "__file__", None)
     if loaded_file and loaded_file.endswith(".py"):

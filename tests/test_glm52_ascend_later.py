@@ -1,0 +1,131 @@
+"""The GLM-5.2 vLLM-Ascend records on the shapes later vLLM-Ascend tags have (table in docs/glm52.md).
+
+The tags themselves are not fixtures (CI reaches only package registries, whose newest vLLM-Ascend is
+0.23.0.post1; scripts/survey_vllm_ascend_tags.py regenerates the table from a git checkout). These tests
+rebuild each shape from the released 0.23.0 sources (scripts/fetch_vllm_ascend.sh) with the same edit the
+tag made, and predict with ``vet`` (doctor's code) on the tree:
+- v0.24.0rc1 skips the routed-experts capture on vLLM 0.24.0 instead of 0.23.0: refused, saying so;
+- v0.25.1rc1+ replaced AscendSFACPImpl by CP classes that inherit AscendSFAImpl's indexer (the class
+  bodies below are written for the test, in that shape): the CP record reports fixed-upstream;
+- main after #13946 dropped maybe_chunk_residual, which our RMSNorm replacement calls: refused, saying so.
+The engine part (a fixed shape recognising a removed target in-process) runs on a plain module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import last_json, run_python
+from glm52_ascend_fixtures import copy_tree, mutate
+
+from verl_ascend_ext.vet import vet
+
+CP = "glm52-ascend-indexer-scale-cp"
+WORKER = "vllm_ascend/patch/worker/__init__.py"
+SFA_CP = "vllm_ascend/attention/context_parallel/sfa_cp.py"
+COMMON_CP = "vllm_ascend/attention/context_parallel/common_cp.py"
+
+# The v0.25.1rc1 shape of the CP module: DCP impl = mixin + AscendSFAImpl, no indexer of its own.
+DCP_MODULE = '''
+from vllm_ascend.attention.context_parallel.common_cp import DCPImplMixin
+from vllm_ascend.attention.sfa_v1 import AscendSFAImpl
+
+
+class AscendSFADCPImpl(DCPImplMixin, AscendSFAImpl):
+    def _execute_sparse_flash_attention_process(self, q, kv):
+        return q
+'''
+MIXIN = '''
+class DCPImplMixin:
+    def _all_gather_dim_async(self, x, dim):
+        return x
+'''
+
+
+def statuses(tree: Path) -> dict[str, dict]:
+    report, _ = vet([str(tree)])
+    return {p["id"]: p for p in report["patches"] if p["id"].startswith("glm52-ascend-")}
+
+
+def test_capture_skipped_on_a_later_vllm_is_refused_saying_what_changed(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "tree")
+    mutate(tree, WORKER, 'if vllm_version_is("0.23.0"):\n    _V2_MODEL_RUNNER_SUPPORTED = False\n'
+           "else:\n    _V2_MODEL_RUNNER_SUPPORTED = True\n",
+           '_V2_MODEL_RUNNER_SUPPORTED = not vllm_version_is("0.24.0")\n')
+    got = statuses(tree)["glm52-ascend-routed-experts-capture"]
+    assert got["status"] == "refused"
+    assert "what changed: the capture is now skipped on the later vLLM this vLLM-Ascend pairs with" in got["detail"]
+
+
+def test_capture_skipped_on_0_23_is_not_called_a_change(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "tree")
+    mutate(tree, WORKER, 'if vllm_version_is("0.23.0"):\n    _V2_MODEL_RUNNER_SUPPORTED = False\n'
+           "else:\n    _V2_MODEL_RUNNER_SUPPORTED = True\n",
+           '_V2_MODEL_RUNNER_SUPPORTED = not vllm_version_is("0.23.0")\n')
+    got = statuses(tree)["glm52-ascend-routed-experts-capture"]
+    assert got["status"] == "refused" and "what changed" not in got["detail"]
+
+
+def test_rmsnorm_without_maybe_chunk_residual_is_refused_saying_what_changed(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "tree")
+    mutate(tree, "vllm_ascend/ops/layernorm.py",
+           "            residual = torch.ops.vllm.maybe_chunk_residual(x, residual)\n", "")
+    got = statuses(tree)["glm52-ascend-rmsnorm-add-then-norm"]
+    assert got["status"] == "refused"
+    assert "maybe_chunk_residual, which the replacement calls, is gone" in got["detail"]
+
+
+def test_cp_classes_inheriting_the_sfa_indexer_are_fixed_upstream(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "tree")
+    (tree / SFA_CP).write_text(DCP_MODULE)
+    (tree / COMMON_CP).write_text(MIXIN)
+    got = statuses(tree)
+    assert got[CP]["status"] == "fixed-upstream", got[CP]
+    assert "no CP bypass any more" in got[CP]["detail"]
+    assert got["glm52-ascend-indexer-scale-base"]["status"] == "will-apply"  # the path CP now takes is patched
+
+
+@pytest.mark.parametrize(("label", "module", "mixin"), [
+    ("DCP class with its own indexer", DCP_MODULE + "\n    def _execute_indexer_select(self, q, key, weights):\n"
+     "        return weights\n", MIXIN),
+    ("mixin with its own indexer", DCP_MODULE, MIXIN + "\n    def indexer_select_post_process(self, x):\n"
+     "        return x\n"),
+    ("old CP class still there", DCP_MODULE + "\n\nclass AscendSFACPImpl(AscendSFAImpl):\n    pass\n", MIXIN),
+])
+def test_cp_shapes_with_an_indexer_of_their_own_are_refused(label: str, module: str, mixin: str,
+                                                            tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "tree")
+    (tree / SFA_CP).write_text(module)
+    (tree / COMMON_CP).write_text(mixin)
+    assert statuses(tree)[CP]["status"] == "refused", label
+
+
+GONE = '''
+class Kept:
+    def indexer(self, weights):
+        return weights * 2
+'''
+
+APPLY_GONE = """
+import json
+import fake_gone
+from verl_ascend_ext.patching import Fingerprint, PatchRefusedError, apply
+from verl_ascend_ext.glm52.ascend_feature import INDEXER_CP
+fixed = Fingerprint(at="fake_gone:Kept.indexer", contains=(r"weights \\* 2",), description="scaled in Kept")
+record = INDEXER_CP._replace(target="fake_gone:Removed.method", fixed=fixed, fixed_shapes=())
+status = apply(record)
+out = {"status": status.status.value, "detail": status.detail}
+try:
+    apply(record._replace(fixed=fixed._replace(contains=(r"weights \\* 3",))))
+except PatchRefusedError as err:
+    out["refused"] = str(err)
+print(json.dumps(out))
+"""
+
+
+def test_apply_recognises_a_fix_that_removed_the_target(tmp_path: Path) -> None:
+    (tmp_path / "fake_gone.py").write_text(GONE)
+    out = last_json(run_python(APPLY_GONE, pythonpath=str(tmp_path)).stdout)
+    assert out["status"] == "fixed-upstream" and out["detail"].endswith("scaled in Kept")
+    assert "'Removed.method' is not defined there" in out["refused"]

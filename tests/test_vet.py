@@ -1,0 +1,199 @@
+"""`verl-ascend vet` on real release artifacts: wheels, an sdist, source trees, a package folder, mutated copies.
+
+Fixtures: scripts/fetch_vet_artifacts.sh (run by scripts/test.sh) keeps the verl 0.9.0 / 0.9.1 wheels and the
+verl 0.9.1 sdist as downloaded, and the vLLM 0.23.0 / 0.33.0 and vLLM-Ascend 0.23.0 wheels repacked to the
+files vet reads plus their METADATA; the source-tree cases use the trees of scripts/fetch_vllm.sh and
+scripts/fetch_vllm_ascend.sh. A missing fixture fails the test. Vet's statuses are compared with doctor's
+prediction on what is really installed here (verl 0.9.0, vLLM 0.23.0): the same code must give the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from glm52_ascend_fixtures import copy_tree, mutate, released_sources
+from test_glm52_vllm_core import released_core
+
+from verl_ascend_ext.features import registry
+from verl_ascend_ext.patching.engine import predict
+from verl_ascend_ext.vet import vet
+
+CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vet-artifacts"
+GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
+VLLM_IDS = ["glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-forward-asleep",
+            "glm52-vllm-engine-core-entry"]
+ASCEND_IDS = ["glm52-ascend-rmsnorm-add-then-norm", "glm52-ascend-sfa-keep-kv-b-proj",
+              "glm52-ascend-indexer-scale-base", "glm52-ascend-indexer-scale-a5", "glm52-ascend-indexer-scale-cp",
+              "glm52-ascend-camem-sync-before-sleep", "glm52-ascend-routed-experts-capture"]
+
+
+def artifact(glob: str) -> str:
+    found = sorted(CACHE.glob(glob))
+    assert len(found) == 1, f"fixture {CACHE}/{glob} missing: run scripts/fetch_vet_artifacts.sh (scripts/test.sh does)"
+    return str(found[0])
+
+
+def statuses(report: dict, ids: list[str] | None = None) -> dict[str, str]:
+    return {p["id"]: p["status"] for p in report["patches"] if ids is None or p["id"] in ids}
+
+
+def distribution_ids(distribution: str) -> list[str]:
+    return [r.id for r in registry().records if r.distribution == distribution]
+
+
+def all_gates_on() -> dict[str, str]:
+    return {gate.env: "1" for gate in registry().gates}
+
+
+# ---- wheels and the sdist -------------------------------------------------------------------------
+
+def test_vllm_0_23_wheel_will_apply_as_doctor_predicts_on_the_installed_0_23() -> None:
+    report, code = vet([artifact("vllm-0.23.0-*.whl")])
+    assert code == 0 and report["artifacts"][0] | {"path": ""} == {
+        "path": "", "kind": "wheel", "distribution": "vllm", "version": "0.23.0", "packages": ["vllm"],
+        "versions": {"vllm": "0.23.0"}}
+    assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "will-apply")
+    installed = {r.id: predict(r, frozenset(), all_gates_on()).status.value
+                 for r in registry().records if r.distribution == "vllm"}
+    assert installed == statuses(report, VLLM_IDS)  # doctor on the real vLLM 0.23.0 install says the same
+    wake = next(p for p in report["patches"] if p["id"] == VLLM_IDS[0])
+    assert wake["where"].startswith(artifact("vllm-0.23.0-*.whl") + "!/vllm/v1/engine/core.py:")
+    assert statuses(report, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "not-installed")
+
+
+def test_vllm_0_33_wheel_is_fixed_upstream() -> None:
+    report, code = vet([artifact("vllm-0.33.0-*.whl")])
+    assert code == 0 and report["artifacts"][0]["version"] == "0.33.0"
+    assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")
+
+
+def test_vllm_ascend_0_23_wheel_will_apply() -> None:
+    report, code = vet([artifact("vllm_ascend-0.23.0-*.whl")])
+    assert code == 0 and report["artifacts"][0]["distribution"] == "vllm-ascend"
+    assert statuses(report, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "will-apply")
+    assert report["foreign_copies"] == []
+
+
+@pytest.mark.usefixtures("require_verl_090")
+def test_verl_0_9_0_wheel_as_doctor_predicts_on_the_installed_0_9_0() -> None:
+    report, code = vet([artifact("verl-0.9.0-*.whl")])
+    verl_ids = distribution_ids("verl")
+    installed = {r.id: predict(r, frozenset(), all_gates_on()).status.value
+                 for r in registry().records if r.distribution == "verl"}
+    assert statuses(report, verl_ids) == installed
+    assert code == 0
+    # verl 0.9.0 has no in-tree GLM-5.2 copy: its apply_npu_vllm_patches exists but is not the copy
+    assert [(c["target"].rpartition(":")[2], c["recognised"]) for c in report["foreign_copies"]] == \
+        [("apply_npu_vllm_patches", False)]
+
+
+def test_verl_0_9_1_wheel_and_sdist_agree_and_show_verls_in_tree_copy() -> None:
+    wheel, code = vet([artifact("verl-0.9.1-*.whl")])
+    sdist, sdist_code = vet([artifact("verl-0.9.1.tar.gz")])
+    assert code == sdist_code == 0
+    assert sdist["artifacts"][0] | {"path": ""} == {"path": "", "kind": "sdist", "distribution": "verl",
+                                                     "version": "0.9.1", "packages": ["verl"],
+                                                     "versions": {"verl": "0.9.1"}}
+    assert statuses(wheel) == statuses(sdist)
+    copies = {c["target"].rpartition(":")[2] for c in wheel["foreign_copies"] if c["recognised"]}
+    assert copies == {"patch_vllm_glm52_partial_wake_up", "patch_vllm_ascend_glm52", "patch_camem_sleep",
+                      "apply_npu_vllm_patches"}
+    assert all(c["where"].startswith(artifact("verl-0.9.1-*.whl") + "!/verl/utils/vllm/npu_vllm_patch.py:")
+               for c in wheel["foreign_copies"])
+
+
+def test_verl_0_9_1_with_vllm_ascend_0_23_stands_down_except_the_cp_path() -> None:
+    report, code = vet([artifact("verl-0.9.1-*.whl"), artifact("vllm_ascend-0.23.0-*.whl")])
+    expected = dict.fromkeys(ASCEND_IDS, "already-applied") | {"glm52-ascend-indexer-scale-cp": "will-apply"}
+    assert code == 0 and statuses(report, ASCEND_IDS) == expected
+
+
+# ---- source directories ---------------------------------------------------------------------------
+
+def test_unpacked_tree_and_package_folder() -> None:
+    tree, code = vet([str(released_sources())])
+    folder, folder_code = vet([str(released_sources() / "vllm_ascend")])
+    assert code == folder_code == 0
+    assert tree["artifacts"][0]["version"] == folder["artifacts"][0]["version"] == "0.23.0"  # from the dist-info
+    assert statuses(tree, ASCEND_IDS) == statuses(folder, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "will-apply")
+    layernorm = next(p for p in folder["patches"] if p["id"] == ASCEND_IDS[0])
+    assert layernorm["where"].startswith(str(released_sources().resolve() / "vllm_ascend/ops/layernorm.py"))
+
+
+def test_checkout_without_metadata_is_vetted_with_an_unknown_version(tmp_path: Path) -> None:
+    core = tmp_path / "vllm" / "vllm" / "v1" / "engine" / "core.py"
+    core.parent.mkdir(parents=True)
+    shutil.copyfile(released_core("0.31.0"), core)
+    report, code = vet([str(tmp_path / "vllm")])
+    assert code == 0 and report["artifacts"][0]["version"] == "unknown"
+    assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")
+
+
+def test_mutated_source_directory_is_refused_exit_1(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "vllm-ascend")
+    mutate(tree, "vllm_ascend/ops/layernorm.py", "torch_npu.npu_add_rms_norm(x, residual",
+           "torch_npu.npu_add_rms_norm_v2(x, residual")
+    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "vet", str(tree), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    refused = {p["id"]: p["detail"] for p in report["patches"] if p["status"] == "refused"}
+    assert list(refused) == ["glm52-ascend-rmsnorm-add-then-norm"]
+    assert str(tree / "vllm_ascend/ops/layernorm.py") in refused["glm52-ascend-rmsnorm-add-then-norm"]
+    text = subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "vet", str(tree)], capture_output=True,
+                          text=True, timeout=120)
+    assert text.returncode == 1 and "A GATED PATCH WOULD BE REFUSED (exit 1)" in text.stdout
+
+
+def test_mutated_vllm_tree_is_refused(tmp_path: Path) -> None:
+    core = tmp_path / "vllm" / "v1" / "engine" / "core.py"
+    core.parent.mkdir(parents=True)
+    text = released_core("0.33.0").read_text()
+    old = "        fully_awake = not self.model_executor.is_sleeping\n"
+    assert text.count(old) == 1
+    core.write_text(text.replace(old, "        fully_awake = True\n"))
+    report, code = vet([str(tmp_path)])
+    assert code == 1 and statuses(report, VLLM_IDS)["glm52-vllm-wake-up-resume-when-awake"] == "refused"
+
+
+# ---- unusable input -------------------------------------------------------------------------------
+
+def test_unusable_input_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not an artifact")
+    (tmp_path / "broken.whl").write_text("not a zip")
+    (tmp_path / "empty").mkdir()
+    bad_wheel = tmp_path / "other-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(bad_wheel, "w") as archive:
+        archive.writestr("other/__init__.py", "")
+    cases = {str(tmp_path / "missing.whl"): "no such file or directory",
+             str(tmp_path / "notes.txt"): "not a wheel (.whl), an sdist",
+             str(tmp_path / "broken.whl"): "not a readable wheel",
+             str(tmp_path / "empty"): "no package this plugin patches was found",
+             str(bad_wheel): "no package this plugin patches was found"}
+    for path, message in cases.items():
+        report, code = vet([path])
+        assert code == 2 and report["errors"][0].startswith(path) and message in report["errors"][0], report
+    twice, code = vet([artifact("vllm-0.23.0-*.whl"), artifact("vllm-0.33.0-*.whl")])
+    assert code == 2 and "package 'vllm' is also in" in twice["errors"][0]
+    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "vet", str(tmp_path / "notes.txt")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "UNUSABLE INPUT (exit 2)" in proc.stdout
+
+
+def test_one_tree_holding_two_packages_vets_both(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path / "site")  # vllm_ascend/ and its dist-info (0.23.0) ...
+    core = tree / "vllm" / "v1" / "engine" / "core.py"  # ... plus vLLM 0.33.0's engine core, without metadata
+    core.parent.mkdir(parents=True)
+    shutil.copyfile(released_core("0.33.0"), core)
+    report, code = vet([str(tree)])
+    assert code == 0 and report["artifacts"][0]["packages"] == ["vllm", "vllm_ascend"]
+    assert report["artifacts"][0]["versions"] == {"vllm": "unknown", "vllm-ascend": "0.23.0"}
+    assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")
+    assert statuses(report, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "will-apply")
