@@ -16,7 +16,7 @@ from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 def record(pid: str, target: str, gate: str = "X_GATE") -> PatchRecord:
     fp = Fingerprint(contains=("x",))
     return PatchRecord(id=pid, feature="t", why="w", target=target, gate=gate, distribution="d", versions=">=1",
-                       original=fp, fixed=fp, wrapper="m:f", upstream="u", remove_when="r")
+                       original=fp, fixed=fp, wrapper="m:f", upstream="u", remove_when="r", traced=False)
 
 
 class Misspelled:
@@ -82,7 +82,7 @@ def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) ->
         "    return [PatchRecord(id='thirdparty-json', feature='thirdparty', why='demo', target='json:dumps',\n"
         "                        gate='THIRDPARTY_GATE', distribution='thirdparty', versions='>=1',\n"
         "                        original=fp, fixed=Fingerprint(), wrapper='thirdparty_feature:wrap',\n"
-        "                        upstream='none', remove_when='never')]\n"
+        "                        upstream='none', remove_when='never', traced=False)]\n"
     )
     info = tmp_path / "thirdparty-1.0.dist-info"
     info.mkdir()
