@@ -26,6 +26,7 @@ keep_whole() {  # keep_whole <requirement> <glob> [pip download options...]
   have "$glob" && return 0
   tmp=$(mktemp -d)
   "$PY" -m pip download -q --no-deps "$@" "$req" -d "$tmp"
+  # shellcheck disable=SC2086  # $glob is a file-name pattern: it must expand
   mv "$tmp"/$glob "$DEST/"
   rm -rf "$tmp"
 }
@@ -36,6 +37,7 @@ keep_repacked() {  # keep_repacked <distribution> <version> <glob> [pip download
   have "$glob" && return 0
   tmp=$(mktemp -d)
   "$PY" -m pip download -q --no-deps --only-binary=:all: "$@" "$dist==$version" -d "$tmp"
+  # shellcheck disable=SC2086  # $glob is a file-name pattern: it must expand
   "$PY" - "$dist" "$tmp"/$glob "$DEST" <<'EOF'
 import os, sys, zipfile
 from verl_ascend_ext.vet import module_files
