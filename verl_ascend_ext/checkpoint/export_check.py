@@ -125,6 +125,7 @@ class ExportReport:
     omitted: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     declared_omissions: list[str] = field(default_factory=list)
+    plugin_status: dict[str, Any] | None = None  # the driver's record and the job summary at save time
     report_path: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -137,8 +138,11 @@ def report_path_for(export: Path) -> Path:
     return export.parent / f"{export.name}{REPORT_SUFFIX}"
 
 
-def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
-    """Compare ``export`` with ``reference``, write the report beside the export, act per ``mode``."""
+def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str,
+                 plugin_status: dict[str, Any] | None = None) -> ExportReport:
+    """Compare ``export`` with ``reference``, write the report beside the export, act per ``mode``.
+
+    ``plugin_status`` (``provenance.job_status``) is stored in the report as it is."""
     export_dir, reference_dir = Path(export), Path(reference)
     try:
         config = _reference_config(reference_dir)
@@ -157,7 +161,7 @@ def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[st
     report = ExportReport(
         export=str(export_dir), reference=str(reference_dir), model_type=config.get("model_type"), mode=mode,
         ok=not missing, missing=missing, omitted=omitted, extra=sorted(have - want),
-        declared_omissions=[f"{o.family}: {o.description}" for o in declared],
+        declared_omissions=[f"{o.family}: {o.description}" for o in declared], plugin_status=plugin_status,
     )
     path = report_path_for(export_dir)
     try:
