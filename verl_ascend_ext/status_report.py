@@ -21,6 +21,7 @@ Ray cluster could not be reached (``--ray``, see ``cluster.status_ray``).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -195,6 +196,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     if ray:
         from .cluster.status_ray import collect_cluster
 
+        directory = directory or os.environ.get(rr.DIR_ENV)
         batches, notes, node_problems, error = collect_cluster(address, timeout, directory)
         if error is not None:
             report = {"processes": [], "summary": {}, "by_role": {}, "problems": [], "notes": [error],
