@@ -61,7 +61,7 @@ def synthetic(n: int, base: str) -> None:
         rec = {
             "schema": rr.SCHEMA, "host": f"node{i % 32:02d}", "pid": 100000 + i, "proc_start": 1000 + i,
             "started": now - 100, "updated": now, "role": roles[i % 4] if i else rr.DRIVER, "actor_class": None,
-            "title": "", "loaded_by": ["verl"], "namespace": "session_bench", "argv": [],
+            "title": "", "loaded_by": ["verl"], "namespace": "session_bench",
             "versions": {"verl-ascend-ext": "0.1.0", "verl": "0.9.0", "vllm": "0.23.0"},
             "gates": {"VERL_VLLM_ASCEND_GLM52_PATCH": True, "VERL_ASCEND_EXT_DISTILLATION_FIXES": True},
             "disable": "", "plugin_env": {"VERL_USE_EXTERNAL_PLUGINS": None, "VLLM_PLUGINS": None},

@@ -173,7 +173,7 @@ def synthetic(pid: int = 4242, host: str = "node-a", role: str = "ray-worker", *
     rec = {
         "schema": rr.SCHEMA, "host": host, "pid": pid, "proc_start": 1, "started": 100.0, "updated": 100.0,
         "role": role, "actor_class": None, "title": "", "loaded_by": ["verl"], "namespace": "session_x",
-        "argv": [], "versions": {"verl-ascend-ext": "0.1.0", "verl": "0.9.0"},
+        "versions": {"verl-ascend-ext": "0.1.0", "verl": "0.9.0"},
         "gates": {GATE: True, "VERL_VLLM_ASCEND_GLM52_PATCH": True}, "disable": "",
         "plugin_env": {"VERL_USE_EXTERNAL_PLUGINS": None, "VLLM_PLUGINS": None},
         "patches": {

@@ -26,11 +26,12 @@ import os
 import socket
 import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from .patching.status import lock as status_lock
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -58,6 +59,8 @@ class UnsafeDirectoryError(OSError):
 
 
 def default_base() -> str:
+    import tempfile  # already imported in any process that imports verl or vLLM
+
     return os.path.join(tempfile.gettempdir(), f"verl-ascend-ext-status-{os.geteuid()}")
 
 
@@ -220,7 +223,7 @@ def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
 
 class _Recorder:
     def __init__(self, source: str, gates: Mapping[str, bool], disable: str, statuses: Callable[[], Mapping]):
-        self.lock = threading.RLock()
+        self.lock = status_lock  # the lock status changes are made under: one lock order, no deadlock
         self.statuses = statuses
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -250,7 +253,7 @@ class _Recorder:
         return {
             "schema": SCHEMA, "host": self.host, "pid": self.pid, "proc_start": self.ticks, "started": self.started,
             "updated": time.time(), "role": role, "actor_class": actor, "title": title,
-            "loaded_by": list(self.loaded_by), "namespace": self.namespace, "argv": [a[:200] for a in sys.argv[:4]],
+            "loaded_by": list(self.loaded_by), "namespace": self.namespace,
             "versions": {"verl-ascend-ext": __version__, "python": sys.version.split()[0], **imported_versions()},
             "gates": self.gates, "disable": self.disable,
             "plugin_env": {k: os.environ.get(k) for k in PLUGIN_ENV},
