@@ -331,3 +331,39 @@ def test_ray_session_from_the_worker_command_line() -> None:
     argv = ["/x/ray/_private/workers/default_worker.py", "--node-ip-address=1.2.3.4", "--session-name=session_1"]
     assert rr.ray_session(argv) == "session_1"
     assert rr.ray_session(["main_ppo.py", "--session-name=session_1"]) is None
+
+
+SWALLOWING_IMPORTER = """
+import sys
+import verl
+from verl_ascend_ext.patching import PatchRefusedError
+try:
+    import verl.trainer.distillation.losses
+except PatchRefusedError:
+    pass  # an importer that swallows the refusal: the process runs on, unpatched
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.usefixtures("require_verl_090")
+def test_status_names_the_live_process_that_refused(tmp_path: Path) -> None:
+    from test_refusal import MUTATIONS, mutated_verl
+
+    pid_, path, old, new = MUTATIONS["topk-renamed"]
+    shadow = mutated_verl(tmp_path, path, old, new)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
+    env.update(PYTHONPATH=str(shadow), VERL_ASCEND_EXT_STATUS_DIR=str(tmp_path / "status"))
+    proc = subprocess.Popen([sys.executable, "-c", SWALLOWING_IMPORTER], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = status_cli("--dir", str(tmp_path / "status"), "--json")
+    finally:
+        proc.communicate("", timeout=60)
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["exit_code"] == 1
+    mine = next(p for p in report["processes"] if p["pid"] == proc.pid)
+    assert mine["alive"] is True and mine["patches"][pid_] == "refused"
+    assert any(f"pid {proc.pid} (driver): patch {pid_} is refused although its module "
+               "verl.trainer.distillation.losses was imported" in p for p in report["problems"]), report["problems"]
