@@ -38,7 +38,7 @@ def run_scenario(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str] |
 
 @pytest.fixture(scope="module")
 def with_plugin(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return run_scenario(tmp_path_factory)
+    return run_scenario(tmp_path_factory, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path_factory.mktemp("status"))})
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +247,18 @@ def test_warn_mode_never_stops_training_on_an_unreadable_export(tmp_path, caplog
     assert (export / "model.safetensors").read_bytes() == before
     with pytest.raises(ExportCheckError, match="not a complete safetensors file"):
         check_export(export, ref, "error")
+
+
+@pytest.mark.anyverl
+def test_checkpoint_remembers_the_driver_record_and_job_summary(with_plugin: dict) -> None:
+    """At save time the checkpoint directory and the export-check report get the driver's record and the summary."""
+    case = with_plugin["cases"]["mtp_only"]
+    status = case["status_file"]
+    assert status is not None and status["driver"]["pid"] == with_plugin["pid"]  # no Ray: the saver is the driver
+    assert status["driver"]["role"] == "driver" and status["driver"]["loaded_by"] == ["verl"]
+    assert status["driver"]["patches"]["checkpoint-export-check"]["status"] == "applied"
+    assert status["summary"]["checkpoint-export-check"] == {"applied": 1} and status["problems"] == []
+    assert case["report"]["plugin_status"]["driver"]["pid"] == with_plugin["pid"]
+    assert case["report"]["plugin_status"]["summary"] == status["summary"]
+    off = with_plugin["cases"]["missing_layer_off"]
+    assert off["report"] is None and off["status_file"]["driver"]["pid"] == with_plugin["pid"]  # check off: still noted

@@ -15,12 +15,13 @@ import threading
 
 import wrapt
 
+from . import runtime_record
 from .features import registry
 from .patching.errors import PatchRefusedError
-from .patching.gates import GateValueError, disabled_patch_ids
+from .patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids
 from .patching.lazy import install
 from .patching.record import PatchStatus, Status
-from .patching.status import record_status, switched_off
+from .patching.status import on_change, record_status, statuses, switched_off
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -58,6 +59,7 @@ def activate(source: str = "api") -> None:
     with _lock:
         _loaded_by.append(source)
         if len(_loaded_by) > 1:
+            runtime_record.loaded_again(source)
             return
         try:
             _boot(source)
@@ -82,9 +84,13 @@ def _boot(source: str) -> None:
         active.append(record)
     global _hooks_registered
     _hooks_registered = True  # from here on a retry would register every hook twice
-    install(active, _report(source))
-    for module_name, callback in reg.import_hooks:
-        wrapt.register_post_import_hook(callback, module_name)
+    try:
+        install(active, _report(source))
+        for module_name, callback in reg.import_hooks:
+            wrapt.register_post_import_hook(callback, module_name)
+    finally:  # a refusal of an already-imported target is recorded too
+        runtime_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses)
+        on_change(runtime_record.status_changed)
 
 
 def activate_or_exit(source: str) -> None:

@@ -1,4 +1,4 @@
-"""The ``verl-ascend`` command line: doctor, vet, catalogue, export-check (and the subcommands features add)."""
+"""The ``verl-ascend`` command line: doctor, status, vet, catalogue, export-check (and the subcommands features add)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ def build_parser() -> argparse.ArgumentParser:
     vet.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
                      help="a wheel, sdist or source directory of verl, vLLM or vLLM-Ascend (several: vetted together)")
     vet.add_argument("--json", action="store_true", help="print one JSON object")
+    status = sub.add_parser("status", help="what really ran: the patch statuses every process recorded")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument("--dir", metavar="DIR",
+                        help="status directory (default: VERL_ASCEND_EXT_STATUS_DIR, else a per-user temp dir)")
+    status.add_argument("--ray", action="store_true", help="gather the records of every alive node of a Ray cluster")
+    status.add_argument("--address", metavar="ADDR",
+                        help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
+    status.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
+                        help="with --ray: give up (exit 2) after this many seconds (default 120)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     from .checkpoint.cli import add_parser as add_export_check_parser
@@ -51,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         from .vet import main as vet_main
 
         return vet_main(args.artifacts, as_json=args.json)
+    if args.command == "status":
+        if args.address and not args.ray:
+            parser.error("--address needs --ray")
+        from .status_report import main as status_main
+
+        return status_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
+                           timeout=args.timeout)
     if args.command == "recipe":
         from .recipes.cli import run as recipe_run
 

@@ -124,6 +124,8 @@ def export_case(work: Path, name: str, mode: str | None, drop: tuple[str, ...] =
     report = export.parent / "huggingface.export_check.json"
     out["report"] = json.loads(report.read_text()) if report.is_file() else None
     out["export_files"] = sorted(digest(export)) if export.is_dir() else []
+    status = export.parent / "verl_ascend_ext.status.json"
+    out["status_file"] = json.loads(status.read_text()) if status.is_file() else None
     return out
 
 
@@ -170,6 +172,7 @@ def main() -> None:
     work = Path(sys.argv[1])
     out = {
         "plugin_loaded": "verl_ascend_ext.boot" in sys.modules,
+        "pid": os.getpid(),
         "statuses": {k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items()
                      if k.startswith("checkpoint-")},
         "export_wrapped": hasattr(MegatronCheckpointManager._save_model_as_hf_via_bridge, "__wrapped__"),

@@ -1,8 +1,9 @@
 """Drive verl's real ``run_ppo`` against a running multi-node Ray cluster and report what each node's worker saw.
 
 Usage: ``ray_gates.py ADDRESS CASE...``, each CASE one of ``driver`` (gates set in this driver only),
-``user`` (same, plus the user's Hydra override of one gate in ``ray_kwargs.ray_init.runtime_env.env_vars``)
-or ``unset`` (no gate set), run one after the other (``ray.shutdown()`` in between). verl's own
+``user`` (same, plus the user's Hydra override of one gate in ``ray_kwargs.ray_init.runtime_env.env_vars``),
+``unset`` (no gate set) or ``hold`` (no gate set; the job's workers stay up until the test says ``go``, for
+``verl-ascend status --ray``), run one after the other (``ray.shutdown()`` in between). verl's own
 ``ppo_trainer`` config is composed with Hydra; ``run_ppo`` calls the (patched) ``get_ppo_ray_runtime_env``,
 merges the user's runtime env with OmegaConf and calls ``ray.init(address=..., runtime_env=...)`` itself.
 The task runner passed to ``run_ppo`` stands in for verl's (no training): it runs one probe task pinned
@@ -57,6 +58,55 @@ class ProbeRunner:
             json.dump(ray.get(refs), f)
 
 
+HOLD_DIR = os.environ.get("RAY_GATES_HOLD_DIR", "")  # case "hold": where ready.json / go are exchanged with the test
+HEAD = "node:__internal_head__"
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class Holder:
+    """A job worker that boots the plugin as verl's workers do (``import verl``) and stays until the job ends."""
+
+    def __init__(self) -> None:
+        import socket
+
+        import verl  # noqa: F401  (plugin discovery boots verl-ascend-ext in this worker)
+
+        node_id = ray.get_runtime_context().get_node_id()
+        self.info = {"pid": os.getpid(), "host": socket.gethostname(), "node_id": node_id, "gate": os.environ.get(GATE)}
+
+    def describe(self) -> dict:
+        return self.info
+
+
+@ray.remote(num_cpus=0)
+class HoldRunner:
+    """Stands in for verl's TaskRunner: starts a Holder on every node (one with the gate overridden to 0, one to be
+    killed by the test on the head node), writes their pids to ready.json and waits for the test's ``go`` file."""
+
+    def run(self, config) -> None:
+        import time
+
+        import verl  # noqa: F401  (like verl's TaskRunner, this worker boots the plugin)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: (HEAD not in n["Resources"], n["NodeID"]))
+        pin = [NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False) for n in nodes]
+        holders = {f"worker{i}": Holder.options(scheduling_strategy=s).remote() for i, s in enumerate(pin)}
+        holders["overridden"] = Holder.options(scheduling_strategy=pin[1],
+                                               runtime_env={"env_vars": {GATE: "0"}}).remote()
+        holders["victim"] = Holder.options(scheduling_strategy=pin[0]).remote()
+        info = {name: ray.get(h.describe.remote()) for name, h in holders.items()}
+        info["runner"] = {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+        with open(os.path.join(HOLD_DIR, "ready.json.tmp"), "w") as f:
+            json.dump(info, f)
+        os.replace(os.path.join(HOLD_DIR, "ready.json.tmp"), os.path.join(HOLD_DIR, "ready.json"))
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(HOLD_DIR, "go")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with open(RESULT, "w") as f:
+            json.dump([{"holders": info}], f)
+
+
 def run_case(case: str) -> dict:
     overrides = [f"+ray_kwargs.ray_init.address={ADDRESS}"]
     os.environ.pop(GATE, None)
@@ -69,7 +119,7 @@ def run_case(case: str) -> dict:
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         config = compose(config_name="ppo_trainer", overrides=overrides)
     default_runtime_env = main_ppo.get_ppo_ray_runtime_env(config)  # what run_ppo merges the user's env into
-    main_ppo.run_ppo(config, task_runner_class=ProbeRunner)
+    main_ppo.run_ppo(config, task_runner_class=HoldRunner if case == "hold" else ProbeRunner)
     with open(RESULT) as f:
         probes = json.load(f)
     ray.shutdown()

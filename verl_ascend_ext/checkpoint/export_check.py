@@ -63,6 +63,7 @@ class ExportReport:
     diagnoses: list[str] = field(default_factory=list)
     declared_omissions: list[str] = field(default_factory=list)
     declared_conversions: list[str] = field(default_factory=list)
+    plugin_status: dict[str, Any] | None = None  # the driver's record and the job summary at save time
     report_path: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -141,11 +142,13 @@ def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[
     )
 
 
-def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
+def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str,
+                 plugin_status: dict[str, Any] | None = None) -> ExportReport:
     """Check ``export`` against ``reference``, write the report beside the export, act per ``mode``.
 
     ``error``: raise ExportCheckError (ExportInputError when the check cannot run) carrying the report;
     ``warn``: log and return the report; ``off``: return a report saying so, reading nothing.
+    ``plugin_status`` (``provenance.job_status``) is stored in the report as it is.
     """
     export_dir, reference_dir = Path(export), Path(reference)
     if mode == "off":
@@ -158,7 +161,8 @@ def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[st
             raise
         logger.warning("%s", err)  # warn mode: a check that cannot run never stops training
         return ExportReport(export=str(export_dir), reference=str(reference_dir), model_type=None, mode=mode,
-                            ok=False, error=str(err))
+                            ok=False, error=str(err), plugin_status=plugin_status)
+    report.plugin_status = plugin_status
     path = report_path_for(export_dir)
     try:
         path.write_text(json.dumps(report.as_dict(), indent=1) + "\n")

@@ -8,6 +8,7 @@ from typing import Any
 
 from .config_json import config_to_json_safe
 from .export_check import check_export, export_check_mode
+from .provenance import write_beside
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -26,9 +27,12 @@ def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> 
     mode = export_check_mode()
     result = original(instance, *args, **kwargs)
     bridge_export = not getattr(instance, "vanilla_bridge", False) and getattr(instance, "peft_cls", None) is None
-    if mode == "off" or not bridge_export or getattr(instance, "rank", 0) != 0:
+    if not bridge_export or getattr(instance, "rank", 0) != 0:
         return result
     hf_ckpt_path = kwargs["hf_ckpt_path"] if "hf_ckpt_path" in kwargs else args[0]
+    status = write_beside(hf_ckpt_path)  # which fixes were active when this checkpoint was produced
+    if mode == "off":
+        return result
     reference = _reference_dir(instance)
     if reference is None:
         message = (f"verl-ascend-ext export check: no local reference checkpoint to compare {hf_ckpt_path} with "
@@ -39,7 +43,7 @@ def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> 
             raise ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
         logger.warning("%s", message)
         return result
-    check_export(hf_ckpt_path, reference, mode)
+    check_export(hf_ckpt_path, reference, mode, plugin_status=status)
     return result
 
 

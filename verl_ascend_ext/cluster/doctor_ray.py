@@ -38,10 +38,10 @@ class ClusterError(RuntimeError):
     """The cluster could not be reached or queried; the message says what to do."""
 
 
-def _watchdog(timeout: float, address: str) -> threading.Timer:
+def _watchdog(timeout: float, address: str, command: str = "doctor --ray") -> threading.Timer:
     def expire() -> None:
         sys.stdout.flush()
-        sys.stderr.write(f"verl-ascend doctor --ray: error: no result from the Ray cluster at {address} within "
+        sys.stderr.write(f"verl-ascend {command}: error: no result from the Ray cluster at {address} within "
                          f"{timeout:.0f} s (connecting or waiting for the nodes' answers). Check that the cluster is "
                          "up (`ray status`), that this machine can reach it, or raise --timeout.\n")
         sys.stderr.flush()
@@ -85,18 +85,20 @@ def _driver_paths() -> tuple[str, ...]:
     return (os.path.abspath(os.curdir), os.path.dirname(os.path.realpath(sys.argv[0])))
 
 
-def collect(address: str, deadline: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(alive nodes, their probe answers in the same order; an answer with ``error`` when the probe failed)."""
+def collect(address: str, deadline: float, task: Any = probe.node_report,
+            args: tuple[Any, ...] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(alive nodes, the answers of ``task`` pinned to each, in the same order; an answer with ``error`` when it
+    failed). ``args``: the task's arguments (default: the driver paths ``probe.node_report`` takes)."""
     ray = _connect(address)
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         ray.cloudpickle.register_pickle_by_value(probe)  # nodes without this package can still answer
-        remote = ray.remote(num_cpus=0, max_retries=0)(probe.node_report)
+        remote = ray.remote(num_cpus=0, max_retries=0)(task)
         nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
                        key=lambda n: (HEAD_RESOURCE not in n.get("Resources", {}), n["NodeID"]))
         refs = [remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
-                .remote(_driver_paths()) for n in nodes]
+                .remote(*(args if args is not None else (_driver_paths(),))) for n in nodes]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(1.0, deadline - time.monotonic()))
         answers: list[dict[str, Any]] = []
         for ref in refs:
@@ -106,7 +108,8 @@ def collect(address: str, deadline: float) -> tuple[list[dict[str, Any]], list[d
             try:
                 answers.append(ray.get(ref))
             except Exception as err:
-                answers.append({"error": f"the doctor task failed there: {type(err).__name__}: {err}"})
+                answers.append({"error": f"the {getattr(task, '__name__', 'probe')} task failed there: "
+                                         f"{type(err).__name__}: {err}"})
         return nodes, answers
     finally:
         ray.shutdown()

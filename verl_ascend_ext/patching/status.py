@@ -7,7 +7,7 @@ module is imported or when doctor predicts.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .gates import DISABLE_ENV, parse_bool_env
 from .record import PatchRecord, PatchStatus, Status
@@ -15,6 +15,13 @@ from .record import PatchRecord, PatchStatus, Status
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
 _gate_defaults: dict[str, bool] = {}
+_on_change: Callable[[PatchStatus], None] | None = None  # the process record's writer, set at the end of boot
+
+
+def on_change(listener: Callable[[PatchStatus], None] | None) -> None:
+    """Call ``listener`` after every status change from now on (one listener; None stops)."""
+    global _on_change
+    _on_change = listener
 
 
 def set_gate_defaults(defaults: Mapping[str, bool]) -> None:
@@ -36,9 +43,12 @@ def switched_off(record: PatchRecord, disabled: frozenset[str], environ: Mapping
 
 
 def record_status(status: PatchStatus) -> PatchStatus:
-    """Store the in-process status of one patch."""
+    """Store the in-process status of one patch (and tell the process record when it changed)."""
     with lock:
+        changed = _statuses.get(status.id) != status
         _statuses[status.id] = status
+        if changed and _on_change is not None:
+            _on_change(status)
     return status
 
 

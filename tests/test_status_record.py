@@ -1,0 +1,369 @@
+"""Process records (``runtime_record``) and their aggregation (``verl-ascend status``), on the local machine.
+
+Real processes boot the plugin through its entry points and write their records; directory safety is
+tested with real modes, owners (``os.chown`` to another uid: the tests run as root) and symlinks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import last_json, run_python, verl_version
+
+from verl_ascend_ext import runtime_record as rr
+from verl_ascend_ext.status_report import aggregate, collect
+
+CLI = str(Path(sys.executable).with_name("verl-ascend"))
+GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
+OTHER_UID = 12345
+
+
+def record_files(base: Path) -> list[Path]:
+    return sorted(p for p in base.rglob("*.json"))
+
+
+def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -> None:
+    base = tmp_path / "status"
+    code = """
+    import json, os, sys
+    import verl_ascend_ext
+    from verl_ascend_ext import runtime_record
+    verl_ascend_ext.activate()
+    path = runtime_record.record_path()
+    before = json.load(open(path))
+    import verl.trainer.constants_ppo  # target of ray-runtime-env-gates: applied on import
+    after = json.load(open(path))
+    print(json.dumps({"pid": os.getpid(), "path": path, "before": before, "after": after}))
+    """
+    out = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(base), GATE: "0"}).stdout)
+    assert Path(out["path"]).parent == base / "local"
+    assert [p.name for p in record_files(base)] == [Path(out["path"]).name]
+    assert stat.S_IMODE(os.stat(base).st_mode) == 0o700 and stat.S_IMODE(os.stat(base / "local").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(out["path"]).st_mode) == 0o600
+    before, after = out["before"], out["after"]
+    assert before["pid"] == out["pid"] and before["host"] == socket.gethostname()
+    assert before["role"] == "driver" and before["loaded_by"] == ["api"]
+    assert before["gates"][GATE] is False and before["gates"]["VERL_ASCEND_EXT_FORWARD_ENV"] is True
+    assert before["patches"]["distill-fsdp2-topk"]["status"] == "gate-off"
+    gates_patch = "ray-runtime-env-gates"
+    assert before["patches"][gates_patch]["status"] == "pending"
+    assert after["patches"][gates_patch]["status"] == "applied" and after["patches"][gates_patch]["imported"]
+    assert "verl" not in before["versions"]  # not imported yet at boot through the API...
+    assert after["versions"]["verl"] == verl_version()  # ...refreshed when a status changed after importing it
+    assert after["updated"] > before["updated"]
+    assert not [p for p in base.rglob(".*.tmp")]
+
+
+def test_a_second_loader_is_recorded(tmp_path: Path) -> None:
+    code = """
+    import json
+    from verl_ascend_ext import boot, runtime_record
+    boot.activate("verl")
+    boot.vllm_plugin()
+    print(json.dumps(json.load(open(runtime_record.record_path()))))
+    """
+    rec = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}).stdout)
+    assert rec["loaded_by"] == ["verl", "vllm"]
+
+
+def test_writes_are_atomic_for_readers(tmp_path: Path) -> None:
+    fd = rr.open_base(str(tmp_path / "s"))
+    stop = threading.Event()
+    big = [json.dumps({"n": i, "pad": "x" * 20000}).encode() for i in range(2)]
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            rr.write_atomic(fd, "r.json", big[i % 2])
+            i += 1
+
+    rr.write_atomic(fd, "r.json", big[1])
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        seen = []
+        for _ in range(300):
+            seen.append(json.loads((tmp_path / "s" / "r.json").read_bytes())["n"])  # always there, never partial
+    finally:
+        stop.set()
+        thread.join()
+        os.close(fd)
+    assert set(seen) <= {0, 1} and len(seen) == 300
+    assert [p.name for p in (tmp_path / "s").iterdir()] == ["r.json"]
+
+
+def _recorder(base: Path, monkeypatch: pytest.MonkeyPatch) -> rr._Recorder:
+    monkeypatch.setenv(rr.DIR_ENV, str(base))
+    return rr._Recorder("api", {GATE: True}, "", dict)
+
+
+def test_created_directories_are_private_even_with_a_permissive_umask(tmp_path: Path, monkeypatch) -> None:
+    old = os.umask(0)
+    try:
+        _recorder(tmp_path / "a" / "b", monkeypatch).write()
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "local"):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+    assert len(record_files(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("make_unsafe", ["foreign_owner", "world_writable", "symlink", "not_a_directory"])
+def test_an_unsafe_directory_costs_one_warning_and_nothing_is_written(tmp_path: Path, monkeypatch, caplog,
+                                                                     make_unsafe: str) -> None:
+    base = tmp_path / "status"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if make_unsafe == "foreign_owner":
+        base.mkdir(mode=0o700)
+        os.chown(base, OTHER_UID, OTHER_UID)
+    elif make_unsafe == "world_writable":
+        base.mkdir()
+        os.chmod(base, 0o777)
+    elif make_unsafe == "symlink":
+        base.symlink_to(elsewhere)
+    else:
+        base.write_text("a file")
+        base = base / "sub"
+    recorder = _recorder(base, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="verl_ascend_ext"):
+        for _ in range(3):  # boot, then two status changes
+            recorder.write()
+    warnings = [r for r in caplog.records if "process status not recorded" in r.getMessage()]
+    assert len(warnings) == 1, caplog.text
+    assert rr.DIR_ENV in warnings[0].getMessage()
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_symlinked_namespace_is_refused(tmp_path: Path, monkeypatch, caplog) -> None:
+    base = tmp_path / "status"
+    base.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (base / "local").symlink_to(elsewhere)
+    with caplog.at_level(logging.WARNING, logger="verl_ascend_ext"):
+        _recorder(base, monkeypatch).write()
+    assert "symbolic link" in caplog.text and list(elsewhere.iterdir()) == []
+
+
+def test_an_unwritable_directory_does_not_fail_the_process(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code = """
+    import verl_ascend_ext
+    verl_ascend_ext.activate()
+    import verl.trainer.constants_ppo  # a status change after boot: no second warning
+    print("still running")
+    """
+    proc = run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(blocker / "status")})
+    assert proc.stdout.strip().endswith("still running")
+    assert proc.stderr.count("process status not recorded") == 1, proc.stderr
+
+
+def synthetic(pid: int = 4242, host: str = "node-a", role: str = "ray-worker", **over) -> dict:
+    rec = {
+        "schema": rr.SCHEMA, "host": host, "pid": pid, "proc_start": 1, "started": 100.0, "updated": 100.0,
+        "role": role, "actor_class": None, "title": "", "loaded_by": ["verl"], "namespace": "session_x",
+        "versions": {"verl-ascend-ext": "0.1.0", "verl": "0.9.0"},
+        "gates": {GATE: True, "VERL_VLLM_ASCEND_GLM52_PATCH": True}, "disable": "",
+        "plugin_env": {"VERL_USE_EXTERNAL_PLUGINS": None, "VLLM_PLUGINS": None},
+        "patches": {
+            "vllm-fix": {"status": "applied", "detail": "", "where": "", "target": "vllm.v1.engine.core:X.f",
+                         "imported": True},
+            "distill": {"status": "pending", "detail": "", "where": "", "target": "verl.trainer.d:f",
+                        "imported": False},
+        },
+        "alive": True,
+    }
+    rec.update(over)
+    return rec
+
+
+def test_a_healthy_job_has_no_problem() -> None:
+    records = [synthetic(1, role="driver"), synthetic(2), synthetic(3, host="node-b", role="vllm-worker")]
+    report = aggregate(records)
+    assert report["problems"] == [] and report["exit_code"] == 0
+    assert report["summary"] == {"distill": {"pending": 3}, "vllm-fix": {"applied": 3}}
+    assert report["by_role"]["ray-worker"] == {"distill": {"pending": 1}, "vllm-fix": {"applied": 1}}
+    assert [p["pid"] for p in report["processes"]] == [1, 2, 3]
+    assert set(report["processes"][0]) >= {"host", "pid", "role", "loaded_by", "alive", "patches"}
+    assert report["processes"][0]["patches"] == {"distill": "pending", "vllm-fix": "applied"}
+
+
+def test_problems_name_host_pid_and_role() -> None:
+    refused = synthetic(5, actor_class="WorkerDict")
+    refused["patches"]["vllm-fix"] = {"status": "refused", "detail": "unknown code", "where": "",
+                                      "target": "vllm.v1.engine.core:X.f", "imported": True}
+    stuck = synthetic(6, role="engine-core")
+    stuck["patches"]["vllm-fix"]["status"] = "pending"  # its module was imported, the hook did not apply it
+    other_gate = synthetic(7, host="node-b", gates={GATE: False, "VERL_VLLM_ASCEND_GLM52_PATCH": True})
+    skewed = synthetic(8, host="node-c", versions={"verl-ascend-ext": "0.1.0", "verl": "0.9.1"})
+    excluded = synthetic(9, role="vllm-frontend",
+                         plugin_env={"VLLM_PLUGINS": "ascend", "VERL_USE_EXTERNAL_PLUGINS": None})
+    dead = synthetic(10, alive=False, gates={GATE: False})
+    report = aggregate([synthetic(1, role="driver"), refused, stuck, other_gate, skewed, excluded, dead])
+    problems = "\n".join(report["problems"])
+    assert report["exit_code"] == 1
+    assert "node-a pid 5 (ray-worker WorkerDict): patch vllm-fix is refused" in problems and "unknown code" in problems
+    assert "node-a pid 6 (engine-core): patch vllm-fix is pending although its module vllm.v1.engine.core" in problems
+    assert (f"node-b pid 7 (ray-worker): settings differ from driver node-a pid 1 (driver): {GATE}=off (on in the "
+            "reference)") in problems
+    assert "version skew: verl 0.9.0 in 5 process(es)" in problems and "0.9.1 in 1 process(es) (e.g. node-c pid 8" \
+        in problems
+    assert "node-a pid 9 (vllm-frontend): VLLM_PLUGINS='ascend' excludes verl_ascend_ext" in problems
+    assert "pid 10" not in problems  # dead: listed, not counted
+    assert report["active"] == 6 and report["dead"] == 1
+    assert sum(report["summary"]["distill"].values()) == 6
+
+
+def test_without_a_driver_the_majority_is_the_reference() -> None:
+    report = aggregate([synthetic(1), synthetic(2), synthetic(3, gates={GATE: False})])
+    assert len(report["problems"]) == 1 and "pid 3" in report["problems"][0]
+    assert "most processes" in report["problems"][0]
+
+
+def write_record(base: Path, rec: dict, ns: str = "session_x") -> Path:
+    (base / ns).mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(base, 0o700)
+    path = base / ns / f"{rec['host']}-{rec['pid']}-{rec['proc_start']}.json"
+    path.write_text(json.dumps({k: v for k, v in rec.items() if k != "alive"}))
+    return path
+
+
+def test_dead_records_are_marked_then_pruned_and_live_ones_kept(tmp_path: Path) -> None:
+    host = socket.gethostname()
+    me = synthetic(os.getpid(), host=host, proc_start=rr.start_ticks())
+    gone = synthetic(2**22 + 17, host=host)  # above any pid_max default: not running
+    elsewhere = synthetic(3, host="another-host")
+    paths = [write_record(tmp_path, r) for r in (me, gone, elsewhere)]
+    records, notes = collect(str(tmp_path), now=1000.0, keep=60.0)
+    state = {r["pid"]: r["alive"] for r in records}
+    assert state == {os.getpid(): True, 2**22 + 17: False, 3: None} and notes == []
+    assert json.loads(paths[1].read_text())["dead_since"] == 1000.0  # marked on disk
+    records, _ = collect(str(tmp_path), now=1030.0, keep=60.0)
+    assert paths[1].exists()  # not yet
+    records, _ = collect(str(tmp_path), now=1061.0, keep=60.0)
+    assert not paths[1].exists() and paths[0].exists() and paths[2].exists()
+    assert sorted(r["pid"] for r in records) == [3, os.getpid()]
+
+
+def test_foreign_and_symlinked_records_are_ignored_and_said_so(tmp_path: Path) -> None:
+    good = write_record(tmp_path, synthetic(1, host="h"))
+    foreign = write_record(tmp_path, synthetic(2, host="h", role="driver", gates={GATE: False}))
+    os.chown(foreign, OTHER_UID, OTHER_UID)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.json"
+    outside.write_text(json.dumps(synthetic(3, host="h")))
+    (tmp_path / "session_x" / "h-3-1.json").symlink_to(outside)
+    records, notes = rr.read_records(str(tmp_path))
+    assert [r["pid"] for r in records] == [1] and records[0]["file"] == str(good)
+    assert any("owned by another user" in n and "h-2-1.json (uid 12345)" in n for n in notes), notes
+    assert any("h-3-1.json ignored: a symbolic link" in n for n in notes), notes
+
+
+def test_a_foreign_owned_status_directory_is_not_read(tmp_path: Path) -> None:
+    write_record(tmp_path, synthetic(1, host="h"))
+    os.chown(tmp_path / "session_x", OTHER_UID, OTHER_UID)
+    records, notes = rr.read_records(str(tmp_path))
+    assert records == [] and "owned by uid 12345" in notes[0]
+
+
+def status_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, "status", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
+    write_record(tmp_path, synthetic(1, host="h1", role="driver"))
+    write_record(tmp_path, synthetic(2, host="h2"))
+    proc = status_cli("--dir", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["exit_code"] == 0 and len(report["processes"]) == 2
+    assert set(report) >= {"processes", "summary", "problems", "exit_code"}
+    write_record(tmp_path, synthetic(3, host="h2", gates={GATE: False}))
+    proc = status_cli("--dir", str(tmp_path))
+    assert proc.returncode == 1 and "PROBLEMS FOUND (exit 1)" in proc.stdout and "h2 pid 3" in proc.stdout
+
+
+def test_cli_reads_what_real_processes_wrote(tmp_path: Path) -> None:
+    env = {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}
+    run_python("import verl_ascend_ext; verl_ascend_ext.activate()", env)
+    run_python("import verl_ascend_ext; verl_ascend_ext.activate()", {**env, GATE: "0"})
+    proc = status_cli("--json", env=env)
+    report = json.loads(proc.stdout)
+    assert len(report["processes"]) == 2 and all(p["alive"] is False for p in report["processes"])
+    assert report["active"] == 0 and report["exit_code"] == 0 and proc.returncode == 0  # dead: not compared
+
+
+def test_status_ray_unreachable_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = status_cli("--ray", "--address", f"127.0.0.1:{port}", "--dir", str(tmp_path))
+    assert proc.returncode == 2 and f"cannot reach a Ray cluster at 127.0.0.1:{port}" in proc.stderr
+
+
+@pytest.mark.parametrize(("loaded_by", "argv", "title", "mp_name", "session", "want"), [
+    (["verl"], ["main_ppo.py"], "python", "MainProcess", None, ("driver", None)),
+    (["vllm"], ["/usr/bin/vllm", "serve"], "vllm", "MainProcess", None, ("vllm-frontend", None)),
+    (["vllm"], ["-c"], "python", "EngineCore_DP0", None, ("engine-core", None)),
+    (["vllm", "verl"], ["-c"], "VLLM::Worker_TP1", None, None, ("vllm-worker", None)),
+    (["verl"], ["-c"], "python", "VllmWorker-0", None, ("vllm-worker", None)),
+    (["verl"], ["-c"], "python", "SpawnProcess-1", None, ("other", None)),
+    (["verl"], ["default_worker.py"], "ray::WorkerDict.init_model", None, "s", ("ray-worker", "WorkerDict")),
+    (["verl"], ["default_worker.py"], "ray::IDLE", None, "s", ("ray-worker", None)),
+    (["vllm"], ["default_worker.py"], "ray::RayWorkerWrapper.execute", None, "s", ("vllm-worker", "RayWorkerWrapper")),
+])
+def test_role_from_cheap_signals(loaded_by, argv, title, mp_name, session, want) -> None:
+    assert rr.detect_role(loaded_by, argv, title, mp_name, session) == want
+
+
+def test_ray_session_from_the_worker_command_line() -> None:
+    argv = ["/x/ray/_private/workers/default_worker.py", "--node-ip-address=1.2.3.4", "--session-name=session_1"]
+    assert rr.ray_session(argv) == "session_1"
+    assert rr.ray_session(["main_ppo.py", "--session-name=session_1"]) is None
+
+
+SWALLOWING_IMPORTER = """
+import sys
+import verl
+from verl_ascend_ext.patching import PatchRefusedError
+try:
+    import verl.trainer.distillation.losses
+except PatchRefusedError:
+    pass  # an importer that swallows the refusal: the process runs on, unpatched
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.usefixtures("require_verl_090")
+def test_status_names_the_live_process_that_refused(tmp_path: Path) -> None:
+    from test_refusal import MUTATIONS, mutated_verl
+
+    pid_, path, old, new = MUTATIONS["topk-renamed"]
+    shadow = mutated_verl(tmp_path, path, old, new)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
+    env.update(PYTHONPATH=str(shadow), VERL_ASCEND_EXT_STATUS_DIR=str(tmp_path / "status"))
+    proc = subprocess.Popen([sys.executable, "-c", SWALLOWING_IMPORTER], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = status_cli("--dir", str(tmp_path / "status"), "--json")
+    finally:
+        proc.communicate("", timeout=60)
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["exit_code"] == 1
+    mine = next(p for p in report["processes"] if p["pid"] == proc.pid)
+    assert mine["alive"] is True and mine["patches"][pid_] == "refused"
+    assert any(f"pid {proc.pid} (driver): patch {pid_} is refused although its module "
+               "verl.trainer.distillation.losses was imported" in p for p in report["problems"]), report["problems"]
