@@ -12,10 +12,11 @@ from types import ModuleType
 from typing import NamedTuple
 
 import pluggy
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from . import hookspecs
 from .patching.gates import Gate
-from .patching.record import PatchRecord, split_target
+from .patching.record import Action, Fingerprint, PatchRecord, split_target
 from .patching.status import set_gate_defaults
 
 
@@ -71,11 +72,39 @@ def collect(pm: pluggy.PluginManager) -> Registry:
                 raise FeatureDeclarationError(
                     f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate}, which no feature declares"
                 )
+            _check_record(record)
             records[record.id] = record
             targets[record.target] = record.id
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
     set_gate_defaults({g.env: g.default for g in gates.values()})
     return Registry(tuple(gates.values()), tuple(records.values()), hooks)
+
+
+def _check_record(record: PatchRecord) -> None:
+    """Field values a record cannot be applied with: an unknown action, a bad specifier, a pattern-less fingerprint."""
+    where = f"patch '{record.id}' (feature {record.feature})"
+    try:
+        Action(record.action)
+    except ValueError:
+        raise FeatureDeclarationError(
+            f"{where} has action {record.action!r}; use one of {', '.join(repr(a.value) for a in Action)} "
+            "(verl_ascend_ext.patching.Action)") from None
+    try:
+        SpecifierSet(record.versions)
+    except InvalidSpecifier as err:
+        raise FeatureDeclarationError(
+            f"{where} has versions {record.versions!r}, not a PEP 440 specifier set ({err}); "
+            "write e.g. '>=0.9.0,<0.10'") from None
+    for field in ("original", "fixed"):
+        for fingerprint in _parts(getattr(record, field)):
+            if not fingerprint.contains and not fingerprint.absent and not fingerprint.never:
+                raise FeatureDeclarationError(
+                    f"{where}: its {field} fingerprint has no patterns, so it recognises nothing; write patterns, "
+                    "or Fingerprint.never_matching('why') for a fix no upstream release carries")
+
+
+def _parts(fingerprint: Fingerprint) -> list[Fingerprint]:
+    return [fingerprint, *(p for part in fingerprint.also for p in _parts(part))]
 
 
 @lru_cache(maxsize=1)

@@ -9,7 +9,7 @@ hooks); nothing here imports vLLM-Ascend, which needs an NPU.
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from ..patching import Fingerprint, Gate, PatchRecord
+from ..patching import Action, Fingerprint, Gate, PatchRecord
 from ..patching.record import ForeignCopy
 from . import GATE, VERL_CAMEM_MARKER, VERL_ENABLED, VERL_MARKER
 
@@ -242,7 +242,7 @@ ROUTED_EXPERTS = PatchRecord(
     remove_when="the minimum supported vLLM-Ascend imports the capture patch with vLLM 0.23, or vLLM > 0.23.0 is "
     "required (it then reports already-applied)",
     traced=False,
-    action="import",
+    action=Action.IMPORT,
     foreign_copies=(_verl_copy("apply_npu_vllm_patches", r"if _glm52_patch_enabled\(\):\n\s+import "
                                r"vllm_ascend\.patch\.worker\.patch_routed_experts_capture\n",
                                what="imports the capture module"),),

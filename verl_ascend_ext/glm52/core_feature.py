@@ -9,7 +9,7 @@ mutated copies and with the diffs of ``patches/vllm/`` applied.
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from ..patching import Fingerprint, Gate, PatchRecord
+from ..patching import Action, Fingerprint, Gate, PatchRecord
 from ..patching.record import ForeignCopy
 from . import GATE, VERL_ENABLED, VERL_MARKER
 
@@ -124,12 +124,12 @@ ENGINE_CORE_ENTRY = PatchRecord(
         description="static entry point that builds DPEngineCoreProc/EngineCoreProc from (*args, **kwargs) and "
         "runs its busy loop",
     ),
-    fixed=Fingerprint(description="(no upstream form: stands down when the fixes it carries need no carrying)"),
+    fixed=Fingerprint.never_matching("(no upstream form: stands down when the fixes it carries need no carrying)"),
     wrapper="verl_ascend_ext.glm52.vllm_core:run_engine_core",
     upstream="not an upstream fix: carries " + UPSTREAM,
     remove_when=REMOVE_WHEN,
     traced=False,
-    action="staticmethod",
+    action=Action.STATICMETHOD,
     serves=(WAKE_UP.id, DUMMY_BATCH.id),
 )
 

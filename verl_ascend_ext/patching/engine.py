@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
-from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
+from .record import Action, Fingerprint, PatchRecord, PatchStatus, Status, split_target
 from .replacement import MARKER, UntraceableReplacementError, build, untraceable
 from .source import (
     Definition,
@@ -140,6 +140,10 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
         copy = _enabled_foreign_copy(record, env)
         if copy is not None:
             status, detail = Status.ALREADY_APPLIED, copy
+        elif record.needs:
+            missing = _missing_needs([predict(n, disabled, env) for n in record.needs])
+            if missing is not None:
+                status, detail = Status.DISABLED, missing
     return PatchStatus(record.id, record.target, status, detail, definition.where if definition else str(path))
 
 
@@ -154,6 +158,15 @@ def _enabled_foreign_copy(record: PatchRecord, environ: Mapping[str, str]) -> st
             return (f"{copy.name} ({found.where}) is installed and enabled by {record.gate}: whichever copy loads "
                     "first applies the fix once, the other stands down (it sees the first one's marker)")
     return None
+
+
+def _missing_needs(needed: list[PatchStatus]) -> str | None:
+    """Why a record stands down when a patch it ``needs`` is not (or will not be) applied, else None."""
+    off = [s for s in needed if s.status not in (Status.APPLIED, Status.WILL_APPLY, Status.PENDING)]
+    if not off:
+        return None
+    return ("its replacement relies on " + ", ".join(f"{s.id} ({s.status})" for s in off)
+            + ", which is not applied: nothing would trigger it")
 
 
 def _registered(patch_id: str) -> PatchRecord:
@@ -204,7 +217,7 @@ def _set(record: PatchRecord, status: Status, detail: str, where: str = "") -> P
 def apply(record: PatchRecord) -> PatchStatus:
     """Apply ``record`` to its imported target module, at most once; raise PatchRefusedError on unknown code."""
     with lock:
-        if record.action == "import":
+        if record.action == Action.IMPORT:
             return _apply_import(record)
         try:
             owner, name, live = _resolve(record)
@@ -235,10 +248,19 @@ def apply(record: PatchRecord) -> PatchStatus:
             raise PatchRefusedError(detail)
         if status is Status.FIXED_UPSTREAM:
             return _set(record, status, detail, definition.where if definition else "")
+        if status is Status.WILL_APPLY and record.needs:
+            # A needed patch whose module is not imported yet is PENDING and counts as on: it applies on import
+            # or refuses loudly. One that ends fixed-upstream or already-applied then leaves this replacement
+            # falling back to the original on every call (it never sees the context it waits for).
+            needed = [current(n.id) or PatchStatus(n.id, n.target, Status.DISABLED, "not active in this process")
+                      for n in record.needs]
+            missing = _missing_needs(needed)
+            if missing is not None:
+                return _set(record, Status.DISABLED, missing, definition.where if definition else "")
         module_name, _, func_name = record.wrapper.partition(":")
         impl = getattr(importlib.import_module(module_name), func_name)
         where = definition.where if definition else record.module
-        if record.action == "staticmethod":
+        if record.action == Action.STATICMETHOD:
             if not isinstance(live, staticmethod):
                 reason = f"it is a {type(live).__name__}, not a staticmethod"
                 message = refusal_message(record, definition, where, reason)
@@ -254,7 +276,7 @@ def apply(record: PatchRecord) -> PatchStatus:
                        f"passes state explicitly; or run without this fix by setting {DISABLE_ENV}={record.id}.")
             _set(record, Status.REFUSED, message)
             raise UntraceableReplacementError(message)
-        if record.action == "staticmethod":
+        if record.action == Action.STATICMETHOD:
             setattr(impl, MARKER, record.id)
         had_own = not isinstance(owner, type) or name in vars(owner)
         setattr(owner, name, raw)

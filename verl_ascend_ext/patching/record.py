@@ -31,6 +31,17 @@ class Status(str, Enum):
         return self.value
 
 
+class Action(str, Enum):
+    """How the engine installs a record's ``wrapper`` (see ``PatchRecord``); checked when features are collected."""
+
+    WRAP = "wrap"
+    IMPORT = "import"
+    STATICMETHOD = "staticmethod"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 def split_target(target: str) -> tuple[str, str]:
     """``"pkg.mod:Qual.name"`` -> ``("pkg.mod", "Qual.name")``."""
     module, sep, qualname = target.partition(":")
@@ -57,9 +68,17 @@ class Fingerprint(NamedTuple):
     # The engine resolves them from source files (see ``engine.fingerprint_matches``).
     at: str = ""
     also: tuple[Fingerprint, ...] = ()
+    # A fingerprint that recognises nothing, on purpose: the ``fixed`` of a patch no upstream release carries
+    # (``Fingerprint.never_matching``). A fingerprint without patterns that does not say so is a declaration error.
+    never: bool = False
+
+    @classmethod
+    def never_matching(cls, description: str) -> Fingerprint:
+        """The ``fixed`` fingerprint of a patch with no upstream form: ``description`` says why."""
+        return cls(description=description, never=True)
 
     def matches(self, text: str) -> bool:
-        if not self.contains and not self.absent:
+        if self.never or (not self.contains and not self.absent):
             return False
         return all(re.search(p, text, re.M) for p in self.contains) and not any(
             re.search(p, text, re.M) for p in self.absent
@@ -125,7 +144,7 @@ class PatchRecord(NamedTuple):
     # "staticmethod": the target is a staticmethod; ``wrapper`` names a module-level function installed as
     # ``staticmethod(function)`` in its place, so it pickles by reference (e.g. as a multiprocessing spawn
     # target); the function reaches the original through ``engine.original(record.id)``.
-    action: str = "wrap"
+    action: Action = Action.WRAP
     # Marker attributes set to True on our replacement function (the original is not touched): another copy
     # of the same fix that checks these markers stands down.
     exposes_markers: tuple[str, ...] = ()
@@ -134,6 +153,9 @@ class PatchRecord(NamedTuple):
     serves: tuple[str, ...] = ()
     # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
     foreign_copies: tuple[ForeignCopy, ...] = ()
+    # Patches whose replacement this one relies on (e.g. it reads a ContextVar theirs sets): this one stands
+    # down (``disabled``, naming them) when one of them is off or will not be applied.
+    needs: tuple[PatchRecord, ...] = ()
 
     @property
     def module(self) -> str:

@@ -77,6 +77,7 @@ LIGHT_EMPTY_CACHE = PatchRecord(
     upstream="verl PR #7864 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
     traced=False,
+    needs=(KV_BARRIER,),  # its update_weights replacement marks the calls to make light
 )
 
 
