@@ -12,8 +12,10 @@ from verl_ascend_ext.features import FeatureDeclarationError, build_plugin_manag
 from verl_ascend_ext.hookspecs import hookimpl
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 
+X_GATE = Gate("X_GATE", False, "test gate")
 
-def record(pid: str, target: str, gate: str = "X_GATE", **fields: object) -> PatchRecord:
+
+def record(pid: str, target: str, gate: Gate = X_GATE, **fields: object) -> PatchRecord:
     fp = Fingerprint(contains=("x",))
     return PatchRecord(id=pid, feature="t", why="w", target=target, gate=gate, distribution="d", versions=">=1",
                        original=fp, fixed=fp, wrapper="m:f", upstream="u", remove_when="r", traced=False)._replace(
@@ -46,7 +48,9 @@ def test_hook_with_unknown_argument_is_rejected() -> None:
     [
         ([record("a", "m:f"), record("a", "m:g")], "declared twice"),
         ([record("a", "m:f"), record("b", "m:f")], "both target m:f"),
-        ([record("a", "m:f", gate="NOBODY")], "uses gate NOBODY, which no feature declares"),
+        ([record("a", "m:f", gate=Gate("NOBODY", False, "-"))], "uses gate NOBODY, which no feature declares"),
+        ([record("a", "m:f", gate=Gate("X_GATE", True, "-"))], "carries gate X_GATE with default True, but it is "
+         "declared with default False"),
         ([record("a", "m:f", action="patch")], r"patch 'a' \(feature t\) has action 'patch'; use one of 'wrap'"),
         ([record("a", "m:f", versions="0.9")], r"patch 'a' \(feature t\) has versions '0.9', not a PEP 440"),
         ([record("a", "m:f", versions=">=0.9.0;<0.10")], "not a PEP 440 specifier set"),
@@ -100,14 +104,15 @@ def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) ->
     (tmp_path / "thirdparty_feature.py").write_text(
         "from verl_ascend_ext.hookspecs import hookimpl\n"
         "from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord\n"
+        "GATE = Gate('THIRDPARTY_GATE', False, 'third-party gate')\n"
         "@hookimpl\n"
         "def verl_ascend_ext_gates():\n"
-        "    return [Gate('THIRDPARTY_GATE', False, 'third-party gate')]\n"
+        "    return [GATE]\n"
         "@hookimpl\n"
         "def verl_ascend_ext_patch_records():\n"
         "    fp = Fingerprint(contains=('json',), description='anything')\n"
         "    return [PatchRecord(id='thirdparty-json', feature='thirdparty', why='demo', target='json:dumps',\n"
-        "                        gate='THIRDPARTY_GATE', distribution='thirdparty', versions='>=1',\n"
+        "                        gate=GATE, distribution='thirdparty', versions='>=1',\n"
         "                        original=fp, fixed=Fingerprint.never_matching('no upstream fix'),\n"
         "                        wrapper='thirdparty_feature:wrap', upstream='none', remove_when='never',\n"
         "                        traced=False)]\n"

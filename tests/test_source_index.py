@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from verl_ascend_ext.patching import engine, source
+from verl_ascend_ext.patching.gates import Gate
 from verl_ascend_ext.patching.record import Fingerprint, PatchRecord, Status
 
 OLD = "def step(x):\n    return x + 1\n"
@@ -21,7 +22,8 @@ NEW = "def step(x):\n    return x - 1\n"  # a one-character fix: same size
 assert len(OLD) == len(NEW)
 
 RECORD = PatchRecord(
-    id="index-probe", feature="test", why="probe", target="probe_mod:step", gate="VERL_ASCEND_EXT_TEST_GATE",
+    id="index-probe", feature="test", why="probe", target="probe_mod:step",
+    gate=Gate("VERL_ASCEND_EXT_TEST_GATE", True, "test"),
     distribution="pytest", versions=">=0", wrapper="probe_mod:step", upstream="-", remove_when="-", traced=False,
     original=Fingerprint(contains=(r"return x \+ 1",), description="adds one"),
     fixed=Fingerprint(contains=(r"return x - 1",), description="subtracts one"),

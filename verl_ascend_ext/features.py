@@ -17,7 +17,6 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from . import hookspecs
 from .patching.gates import Gate
 from .patching.record import Action, Fingerprint, PatchRecord, split_target
-from .patching.status import set_gate_defaults
 
 
 class FeatureDeclarationError(RuntimeError):
@@ -68,15 +67,22 @@ def collect(pm: pluggy.PluginManager) -> Registry:
                     f"patches '{targets[record.target]}' and '{record.id}' both target {record.target}; "
                     "a target gets one patch"
                 )
-            if record.gate not in gates:
+            declared = gates.get(record.gate.env)
+            if declared is None:
                 raise FeatureDeclarationError(
-                    f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate}, which no feature declares"
+                    f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate.env}, which no feature "
+                    "declares"
+                )
+            if declared.default != record.gate.default:
+                raise FeatureDeclarationError(
+                    f"patch '{record.id}' (feature {record.feature}) carries gate {record.gate.env} with default "
+                    f"{record.gate.default}, but it is declared with default {declared.default}; give the record "
+                    "the declared Gate object"
                 )
             _check_record(record)
             records[record.id] = record
             targets[record.target] = record.id
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
-    set_gate_defaults({g.env: g.default for g in gates.values()})
     return Registry(tuple(gates.values()), tuple(records.values()), hooks)
 
 

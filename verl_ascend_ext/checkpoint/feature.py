@@ -25,7 +25,7 @@ EXPORT_CHECK = PatchRecord(
     why="checkpoint.strict=False (needed for GLM-5.x MTP layers) switches export validation off entirely; check the "
     "exported tensor names against the reference, tolerating only the model family's declared omissions.",
     target=f"{MANAGER}:MegatronCheckpointManager._save_model_as_hf_via_bridge",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(
@@ -45,7 +45,7 @@ CONFIG_WHOLE = PatchRecord(
     why="verl's JSON-safe helper silently drops nested configs (to_dict objects, dataclasses), sets and paths "
     "from transformer_config.json; serialise them recursively and name what truly cannot be written.",
     target=f"{MANAGER}:_to_json_safe_config_dict",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(

@@ -42,7 +42,7 @@ RAY_RUNTIME_ENV = PatchRecord(
     why="verl leaves driver-set variables out of the Ray runtime env, assuming inheritance that only a local Ray "
     "gives: on other nodes this package's gates are missing and those workers silently run unpatched code.",
     target="verl.trainer.constants_ppo:get_ppo_ray_runtime_env",
-    gate=FORWARD_GATE.env,
+    gate=FORWARD_GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(

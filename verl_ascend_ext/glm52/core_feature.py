@@ -42,7 +42,7 @@ WAKE_UP = PatchRecord(
     why="EngineCore.wake_up resumes scheduling after any wake-up, also a weights-only one while the KV cache "
     "still sleeps, so requests are scheduled onto unmapped memory. Resume only once the executor is fully awake.",
     target="vllm.v1.engine.core:EngineCore.wake_up",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -78,7 +78,7 @@ DUMMY_BATCH = PatchRecord(
     # The bug is in the caller (run_busy_loop, an endless loop that cannot be wrapped); the patch goes on the
     # callee it runs, which DPEngineCoreProc inherits from EngineCore: the wrapper is set on DPEngineCoreProc.
     target="vllm.v1.engine.core:DPEngineCoreProc.execute_dummy_batch",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -114,7 +114,7 @@ ENGINE_CORE_ENTRY = PatchRecord(
     "entry point, which EngineCore.__init__ loads): vLLM starts that process with target="
     "EngineCoreProc.run_engine_core, pickled by reference; ours boots the plugin in the child, then runs vLLM's.",
     target="vllm.v1.engine.core:EngineCoreProc.run_engine_core",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(

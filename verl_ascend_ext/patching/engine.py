@@ -59,7 +59,7 @@ def refusal_message(record: PatchRecord, definition: Definition | None, where: s
         f"recognises ({reason}). Installed: {record.distribution} {version}; this patch knows "
         f"{record.distribution} {record.versions}. Nothing was changed. Fix: use a {record.distribution} release "
         f"in {record.versions}, or run without this fix by setting {DISABLE_ENV}={record.id} "
-        f"(or {record.gate}=0)."
+        f"(or {record.gate.env}=0)."
     )
 
 
@@ -149,13 +149,13 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
 
 def _enabled_foreign_copy(record: PatchRecord, environ: Mapping[str, str]) -> str | None:
     """Detail naming an installed, enabled foreign copy of ``record``'s fix, or None."""
-    gate_value = environ.get(record.gate, "").strip().lower()
+    gate_value = environ.get(record.gate.env, "").strip().lower()
     for copy in record.foreign_copies:
         if copy.enabled_by and gate_value not in copy.enabled_by:
             continue
         found = source_definition(copy.target)
         if found is not None and copy.fingerprint.matches(found.text):
-            return (f"{copy.name} ({found.where}) is installed and enabled by {record.gate}: whichever copy loads "
+            return (f"{copy.name} ({found.where}) is installed and enabled by {record.gate.env}: whichever copy loads "
                     "first applies the fix once, the other stands down (it sees the first one's marker)")
     return None
 

@@ -13,6 +13,8 @@ import re
 from enum import Enum
 from typing import NamedTuple
 
+from .gates import Gate
+
 
 class Status(str, Enum):
     """What happened (in-process) or will happen (static prediction) to one patch."""
@@ -128,7 +130,7 @@ class PatchRecord(NamedTuple):
     feature: str
     why: str
     target: str
-    gate: str
+    gate: Gate  # the object, not its name: every decision about the record needs only the record
     distribution: str
     versions: str  # PEP 440 specifier of the releases whose code was read for this record
     original: Fingerprint

@@ -9,29 +9,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from .gates import DISABLE_ENV, parse_bool_env
+from .gates import DISABLE_ENV
 from .record import PatchRecord, PatchStatus, Status
 
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
-_gate_defaults: dict[str, bool] = {}
-
-
-def set_gate_defaults(defaults: Mapping[str, bool]) -> None:
-    """Record the declared default of every gate (from the features' gate declarations)."""
-    _gate_defaults.update(defaults)
-
-
-def gate_default(env: str) -> bool:
-    return _gate_defaults.get(env, False)
 
 
 def switched_off(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str, str]) -> PatchStatus | None:
     """DISABLED or GATE_OFF status when the kill switch or the gate turn the patch off, else None."""
     if record.id in disabled:
         return PatchStatus(record.id, record.target, Status.DISABLED, f"listed in {DISABLE_ENV}")
-    if not parse_bool_env(record.gate, gate_default(record.gate), environ):
-        return PatchStatus(record.id, record.target, Status.GATE_OFF, f"{record.gate} is off")
+    if not record.gate.read(environ):
+        return PatchStatus(record.id, record.target, Status.GATE_OFF, f"{record.gate.env} is off")
     return None
 
 
