@@ -82,6 +82,13 @@ def collect(pm: pluggy.PluginManager) -> Registry:
             _check_record(record)
             records[record.id] = record
             targets[record.target] = record.id
+    for record in records.values():
+        for field in ("serves", "needs"):
+            for other in getattr(record, field):
+                if records.get(other.id) != other:
+                    raise FeatureDeclarationError(
+                        f"patch '{record.id}' (feature {record.feature}) {field} patch '{other.id}', which is not "
+                        "registered as given; reference the declared record object")
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
     return Registry(tuple(gates.values()), tuple(records.values()), hooks)
 

@@ -130,7 +130,7 @@ ENGINE_CORE_ENTRY = PatchRecord(
     remove_when=REMOVE_WHEN,
     traced=False,
     action=Action.STATICMETHOD,
-    serves=(WAKE_UP.id, DUMMY_BATCH.id),
+    serves=(WAKE_UP, DUMMY_BATCH),
 )
 
 RECORDS = (WAKE_UP, DUMMY_BATCH, ENGINE_CORE_ENTRY)  # entry last: it serves the two before it

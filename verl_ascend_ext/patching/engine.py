@@ -125,7 +125,7 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
         return PatchStatus(record.id, record.target, Status.NOT_INSTALLED,
                            f"module {record.module} is not part of the installed {record.distribution}")
     if record.serves:
-        served = [predict(_registered(sid), disabled, env) for sid in record.serves]
+        served = [predict(served, disabled, env) for served in record.serves]
         stand_down = _stand_down(served, "will")
         if stand_down is not None:
             return PatchStatus(record.id, record.target, stand_down[0], stand_down[1], str(path))
@@ -167,12 +167,6 @@ def _missing_needs(needed: list[PatchStatus]) -> str | None:
         return None
     return ("its replacement relies on " + ", ".join(f"{s.id} ({s.status})" for s in off)
             + ", which is not applied: nothing would trigger it")
-
-
-def _registered(patch_id: str) -> PatchRecord:
-    from ..features import registry  # the registry imports this package: resolve at call time
-
-    return registry().record(patch_id)
 
 
 def _stand_down(served: list[PatchStatus], tense: str) -> tuple[Status, str] | None:
@@ -238,7 +232,7 @@ def apply(record: PatchRecord) -> PatchStatus:
         if marker is not None:
             return _set(record, Status.ALREADY_APPLIED, f"another copy of this fix is in place (marker {marker})")
         if record.serves:
-            stand_down = _stand_down([_served_status(sid) for sid in record.serves], "did")
+            stand_down = _stand_down([_served_status(served) for served in record.serves], "did")
             if stand_down is not None:
                 return _set(record, *stand_down)
         definition = definition_of_object(live)
@@ -284,11 +278,11 @@ def apply(record: PatchRecord) -> PatchStatus:
         return _set(record, Status.APPLIED, detail, definition.where if definition else "")
 
 
-def _served_status(patch_id: str) -> PatchStatus:
+def _served_status(served: PatchRecord) -> PatchStatus:
     """In-process status of a served patch, applying it first when it was not decided yet."""
-    known = current(patch_id)
+    known = current(served.id)
     if known is None or known.status is Status.PENDING:
-        known = apply(_registered(patch_id))
+        known = apply(served)
     return known
 
 

@@ -150,9 +150,10 @@ class PatchRecord(NamedTuple):
     # Marker attributes set to True on our replacement function (the original is not touched): another copy
     # of the same fix that checks these markers stands down.
     exposes_markers: tuple[str, ...] = ()
-    # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
-    # that carries them into spawned processes: it stands down unless one of them is applied.
-    serves: tuple[str, ...] = ()
+    # The patches (same target module, declared earlier) this record exists for, e.g. an entry point that
+    # carries them into spawned processes: it stands down unless one of them is applied. Records, not ids, so
+    # that the engine decides from the record alone and never looks anything up in the feature registry.
+    serves: tuple[PatchRecord, ...] = ()
     # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
     foreign_copies: tuple[ForeignCopy, ...] = ()
     # Patches whose replacement this one relies on (e.g. it reads a ContextVar theirs sets): this one stands
