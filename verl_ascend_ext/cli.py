@@ -1,4 +1,4 @@
-"""The ``verl-ascend`` command line: doctor, catalogue (and the subcommands features add)."""
+"""The ``verl-ascend`` command line: doctor, catalogue, source (and the subcommands features add)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --ray: give up (exit 2) after this many seconds (default 120)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
+    source = sub.add_parser("source", help="print the normalised source a fingerprint is matched against")
+    source.add_argument("target", metavar="MODULE:QUALNAME", help="e.g. vllm.v1.engine.core:EngineCore.wake_up")
     from .recipes.cli import add_parser as add_recipe_parser
 
     add_recipe_parser(sub)
@@ -45,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from .recipes.cli import run as recipe_run
 
         return recipe_run(args, extra)
+    if args.command == "source":
+        from .show_source import show
+
+        return show(args.target)
     if args.command == "catalogue":
         from pathlib import Path
 
