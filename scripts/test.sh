@@ -7,6 +7,7 @@ ensure_venv
 cd "$ROOT"
 "$VENV/bin/ruff" check .
 "$VENV/bin/verl-ascend" catalogue --check docs/patches.md
+scripts/check_wheel.sh "$PY"  # the wheel as users get it: built, installed non-editable in a fresh venv, checked
 scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogniser tests (cached)
 scripts/fetch_vllm.sh "$PY"  # vLLM 0.23.0 installed --no-deps + core.py of later releases (cached)
 scripts/fetch_vet_artifacts.sh "$PY"  # verl / vLLM / vLLM-Ascend release artifacts for `vet` (cached)

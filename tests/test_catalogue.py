@@ -17,5 +17,5 @@ def test_catalogue_lists_every_record_with_its_contract() -> None:
     text = render()
     for record in registry().records:
         section = text.split(f"## `{record.id}`", 1)[1].split("\n## ", 1)[0]
-        for value in (record.target, record.gate, record.upstream, record.remove_when):
+        for value in (record.target, record.gate.env, record.upstream, record.remove_when):
             assert value in section, (record.id, value)

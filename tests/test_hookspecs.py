@@ -12,11 +12,14 @@ from verl_ascend_ext.features import FeatureDeclarationError, build_plugin_manag
 from verl_ascend_ext.hookspecs import hookimpl
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 
+X_GATE = Gate("X_GATE", False, "test gate")
 
-def record(pid: str, target: str, gate: str = "X_GATE") -> PatchRecord:
+
+def record(pid: str, target: str, gate: Gate = X_GATE, **fields: object) -> PatchRecord:
     fp = Fingerprint(contains=("x",))
     return PatchRecord(id=pid, feature="t", why="w", target=target, gate=gate, distribution="d", versions=">=1",
-                       original=fp, fixed=fp, wrapper="m:f", upstream="u", remove_when="r", traced=False)
+                       original=fp, fixed=fp, wrapper="m:f", upstream="u", remove_when="r", traced=False)._replace(
+                           **fields)
 
 
 class Misspelled:
@@ -45,7 +48,19 @@ def test_hook_with_unknown_argument_is_rejected() -> None:
     [
         ([record("a", "m:f"), record("a", "m:g")], "declared twice"),
         ([record("a", "m:f"), record("b", "m:f")], "both target m:f"),
-        ([record("a", "m:f", gate="NOBODY")], "uses gate NOBODY, which no feature declares"),
+        ([record("a", "m:f", gate=Gate("NOBODY", False, "-"))], "uses gate NOBODY, which no feature declares"),
+        ([record("a", "m:f", gate=Gate("X_GATE", True, "-"))], "carries gate X_GATE with default True, but it is "
+         "declared with default False"),
+        ([record("b", "m:g", serves=(record("a", "m:f"),))], "serves patch 'a', which is not registered as given"),
+        ([record("a", "m:f"), record("b", "m:g", needs=(record("a", "m:f", why="other"),))],
+         "needs patch 'a', which is not registered as given"),
+        ([record("a", "m:f", action="patch")], r"patch 'a' \(feature t\) has action 'patch'; use one of 'wrap'"),
+        ([record("a", "m:f", versions="0.9")], r"patch 'a' \(feature t\) has versions '0.9', not a PEP 440"),
+        ([record("a", "m:f", versions=">=0.9.0;<0.10")], "not a PEP 440 specifier set"),
+        ([record("a", "m:f", fixed=Fingerprint(description="never"))],
+         "its fixed fingerprint has no patterns.*Fingerprint.never_matching"),
+        ([record("a", "m:f", original=Fingerprint(contains=("x",), also=(Fingerprint(at="m:g"),)))],
+         "its original fingerprint has no patterns"),
     ],
 )
 def test_contradicting_declarations_are_errors(records: list[PatchRecord], message: str) -> None:
@@ -62,6 +77,25 @@ def test_contradicting_declarations_are_errors(records: list[PatchRecord], messa
         collect(build_plugin_manager((Feature(),)))
 
 
+def test_never_matching_is_explicit_and_recognises_nothing() -> None:
+    never = Fingerprint.never_matching("no upstream release carries it")
+    assert never.never and not never.matches("") and not never.matches("anything")
+    assert collect(build_plugin_manager((_feature([record("a", "m:f", fixed=never)]),))).record("a").fixed == never
+
+
+def _feature(records: list[PatchRecord]) -> object:
+    class Feature:
+        @hookimpl
+        def verl_ascend_ext_gates(self):
+            return [Gate("X_GATE", False, "test gate")]
+
+        @hookimpl
+        def verl_ascend_ext_patch_records(self):
+            return records
+
+    return Feature()
+
+
 def test_builtin_features_come_from_the_entry_point_group() -> None:
     pm = build_plugin_manager()
     names = {name for name, _ in pm.list_name_plugin()}
@@ -73,16 +107,18 @@ def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) ->
     (tmp_path / "thirdparty_feature.py").write_text(
         "from verl_ascend_ext.hookspecs import hookimpl\n"
         "from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord\n"
+        "GATE = Gate('THIRDPARTY_GATE', False, 'third-party gate')\n"
         "@hookimpl\n"
         "def verl_ascend_ext_gates():\n"
-        "    return [Gate('THIRDPARTY_GATE', False, 'third-party gate')]\n"
+        "    return [GATE]\n"
         "@hookimpl\n"
         "def verl_ascend_ext_patch_records():\n"
         "    fp = Fingerprint(contains=('json',), description='anything')\n"
         "    return [PatchRecord(id='thirdparty-json', feature='thirdparty', why='demo', target='json:dumps',\n"
-        "                        gate='THIRDPARTY_GATE', distribution='thirdparty', versions='>=1',\n"
-        "                        original=fp, fixed=Fingerprint(), wrapper='thirdparty_feature:wrap',\n"
-        "                        upstream='none', remove_when='never', traced=False)]\n"
+        "                        gate=GATE, distribution='thirdparty', versions='>=1',\n"
+        "                        original=fp, fixed=Fingerprint.never_matching('no upstream fix'),\n"
+        "                        wrapper='thirdparty_feature:wrap', upstream='none', remove_when='never',\n"
+        "                        traced=False)]\n"
     )
     info = tmp_path / "thirdparty-1.0.dist-info"
     info.mkdir()

@@ -65,3 +65,23 @@ def test_verl_091_fixed_upstream_nothing_wrapped(tmp_path) -> None:
         assert rank["wrapped"] == {"update_weights": False, "cleanup": False}
         assert rank["full_gc"] == 0  # upstream's own code, recognised correctly
     assert rank1["at"]["resume:kv_cache"] >= rank0["at"]["offloaded"]
+
+
+@pytest.mark.usefixtures("require_verl_090")
+def test_light_empty_cache_stands_down_without_the_update_weights_replacement(tmp_path) -> None:
+    """The light clean-up is triggered by the kv-barrier replacement (a ContextVar it sets): killing that one
+    switches the light one off too, in-process and in doctor's prediction, instead of leaving it inert."""
+    from verl_ascend_ext.patching import engine
+    from verl_ascend_ext.weight_sync.feature import GATE, KV_BARRIER, LIGHT_EMPTY_CACHE
+
+    gate_on = {GATE.env: "1"}
+    predicted = engine.predict(LIGHT_EMPTY_CACHE, frozenset({KV_BARRIER.id}), gate_on)
+    assert predicted.status.value == "disabled" and f"{KV_BARRIER.id} (disabled)" in predicted.detail
+    assert engine.predict(LIGHT_EMPTY_CACHE, frozenset(), gate_on).status.value == "will-apply"
+
+    rank0, rank1 = run_scenario(tmp_path, {"VERL_ASCEND_EXT_DISABLE": KV_BARRIER.id})
+    for rank in (rank0, rank1):
+        assert rank["statuses"][KV_BARRIER.id] == "disabled"
+        assert rank["statuses"][LIGHT_EMPTY_CACHE.id] == "disabled"
+        assert rank["wrapped"] == {"update_weights": False, "cleanup": True}
+        assert rank["full_gc"] >= 1  # aggressive_empty_cache's own full GC, as without the fix

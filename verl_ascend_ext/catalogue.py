@@ -35,7 +35,7 @@ def render() -> str:
             "|---|---|",
             f"| why | {_cell(record.why)} |",
             f"| target | `{record.target}` ({record.distribution} {record.versions}) |",
-            f"| gate | `{record.gate}` |",
+            f"| gate | `{record.gate.env}` |",
             f"| runs | {RUNS[record.traced]} |",
             f"| patches code that | {_cell(record.original.description)} |",
             f"| stands down when | {_cell('; or '.join(f.description for f in (record.fixed, *record.fixed_shapes)))}"

@@ -1,4 +1,4 @@
-"""The ``verl-ascend`` command line: doctor, status, vet, catalogue, export-check (and the subcommands features add)."""
+"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, export-check, recipe."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     from .checkpoint.cli import add_parser as add_export_check_parser
+    source = sub.add_parser("source", help="print the normalised source a fingerprint is matched against")
+    source.add_argument("target", metavar="MODULE:QUALNAME", help="e.g. vllm.v1.engine.core:EngineCore.wake_up")
     from .recipes.cli import add_parser as add_recipe_parser
 
     add_recipe_parser(sub)
@@ -75,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from .checkpoint.cli import run as export_check_run
 
         return export_check_run(args)
+    if args.command == "source":
+        from .show_source import show
+
+        return show(args.target)
     if args.command == "catalogue":
         from pathlib import Path
 

@@ -106,9 +106,9 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
     errors += [g["error"] for g in gates if g["error"]]
     patches = []
     for record in reg.records:
-        if any(g["env"] == record.gate and g["error"] for g in gates):
+        if any(g["env"] == record.gate.env and g["error"] for g in gates):
             patches.append({"id": record.id, "target": record.target, "status": "unknown",
-                            "detail": f"{record.gate} has an invalid value", "where": ""})
+                            "detail": f"{record.gate.env} has an invalid value", "where": ""})
             continue
         patches.append(predict(record, disabled, env).as_dict())
     findings = [dict(f) for batch in plugin_manager().hook.verl_ascend_ext_doctor_findings(environ=env)

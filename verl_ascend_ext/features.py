@@ -12,11 +12,11 @@ from types import ModuleType
 from typing import NamedTuple
 
 import pluggy
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from . import hookspecs
 from .patching.gates import Gate
-from .patching.record import PatchRecord, split_target
-from .patching.status import set_gate_defaults
+from .patching.record import Action, Fingerprint, PatchRecord, split_target
 
 
 class FeatureDeclarationError(RuntimeError):
@@ -67,15 +67,57 @@ def collect(pm: pluggy.PluginManager) -> Registry:
                     f"patches '{targets[record.target]}' and '{record.id}' both target {record.target}; "
                     "a target gets one patch"
                 )
-            if record.gate not in gates:
+            declared = gates.get(record.gate.env)
+            if declared is None:
                 raise FeatureDeclarationError(
-                    f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate}, which no feature declares"
+                    f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate.env}, which no feature "
+                    "declares"
                 )
+            if declared.default != record.gate.default:
+                raise FeatureDeclarationError(
+                    f"patch '{record.id}' (feature {record.feature}) carries gate {record.gate.env} with default "
+                    f"{record.gate.default}, but it is declared with default {declared.default}; give the record "
+                    "the declared Gate object"
+                )
+            _check_record(record)
             records[record.id] = record
             targets[record.target] = record.id
+    for record in records.values():
+        for field in ("serves", "needs"):
+            for other in getattr(record, field):
+                if records.get(other.id) != other:
+                    raise FeatureDeclarationError(
+                        f"patch '{record.id}' (feature {record.feature}) {field} patch '{other.id}', which is not "
+                        "registered as given; reference the declared record object")
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
-    set_gate_defaults({g.env: g.default for g in gates.values()})
     return Registry(tuple(gates.values()), tuple(records.values()), hooks)
+
+
+def _check_record(record: PatchRecord) -> None:
+    """Field values a record cannot be applied with: an unknown action, a bad specifier, a pattern-less fingerprint."""
+    where = f"patch '{record.id}' (feature {record.feature})"
+    try:
+        Action(record.action)
+    except ValueError:
+        raise FeatureDeclarationError(
+            f"{where} has action {record.action!r}; use one of {', '.join(repr(a.value) for a in Action)} "
+            "(verl_ascend_ext.patching.Action)") from None
+    try:
+        SpecifierSet(record.versions)
+    except InvalidSpecifier as err:
+        raise FeatureDeclarationError(
+            f"{where} has versions {record.versions!r}, not a PEP 440 specifier set ({err}); "
+            "write e.g. '>=0.9.0,<0.10'") from None
+    for field in ("original", "fixed"):
+        for fingerprint in _parts(getattr(record, field)):
+            if not fingerprint.contains and not fingerprint.absent and not fingerprint.never:
+                raise FeatureDeclarationError(
+                    f"{where}: its {field} fingerprint has no patterns, so it recognises nothing; write patterns, "
+                    "or Fingerprint.never_matching('why') for a fix no upstream release carries")
+
+
+def _parts(fingerprint: Fingerprint) -> list[Fingerprint]:
+    return [fingerprint, *(p for part in fingerprint.also for p in _parts(part))]
 
 
 @lru_cache(maxsize=1)

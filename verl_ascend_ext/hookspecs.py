@@ -50,7 +50,8 @@ def verl_ascend_ext_gates() -> Sequence[Gate]:
 
     Each gate's env var is parsed by the one gate parser (1/true/yes/on, 0/false/no/off/empty),
     shown by ``verl-ascend doctor``, and carried into Ray workers and vLLM processes by the device
-    feature. A patch record's ``gate`` must name a declared gate.
+    feature. A patch record carries its ``Gate`` object, which a
+    feature must declare here.
     """
 
 

@@ -190,7 +190,7 @@ def _foreign_copies(records: tuple[PatchRecord, ...]) -> list[dict[str, Any]]:
                 continue
             rows.append({"name": copy.name, "target": copy.target, "what": copy.fingerprint.description,
                          "where": found.where, "recognised": copy.fingerprint.matches(found.text),
-                         "enabled_by": f"{record.gate} in {{{', '.join(copy.enabled_by)}}}" if copy.enabled_by
+                         "enabled_by": f"{record.gate.env} in {{{', '.join(copy.enabled_by)}}}" if copy.enabled_by
                          else "always"})
     return rows
 

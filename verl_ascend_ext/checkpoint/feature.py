@@ -26,14 +26,14 @@ EXPORT_CHECK = PatchRecord(
     "exported shard's integrity and the tensor names, shapes and dtypes against the reference, tolerating only the "
     "model family's declared omissions and conversions.",
     target=f"{MANAGER}:MegatronCheckpointManager._save_model_as_hf_via_bridge",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(
         contains=(r"self\.bridge\.save_hf_weights\(self\.model, \w+, strict=self\.checkpoint_config\.strict\)",),
         description="Megatron-Bridge export via bridge.save_hf_weights(..., strict=checkpoint.strict)",
     ),
-    fixed=Fingerprint(description="never: no verl release checks exported names against declared omissions"),
+    fixed=Fingerprint.never_matching("never: no verl release checks exported names against declared omissions"),
     wrapper="verl_ascend_ext.checkpoint.fixes:check_hf_export",
     upstream="none (this package's addition)",
     remove_when="verl or Megatron-Bridge validate exports with per-model declared omissions",
@@ -46,7 +46,7 @@ CONFIG_WHOLE = PatchRecord(
     why="verl's JSON-safe helper silently drops nested configs (to_dict objects, dataclasses), sets and paths "
     "from transformer_config.json; serialise them recursively and name what truly cannot be written.",
     target=f"{MANAGER}:_to_json_safe_config_dict",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(

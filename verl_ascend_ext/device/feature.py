@@ -18,6 +18,7 @@ from types import ModuleType
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
 from ..patching.gates import GateValueError, parse_bool
+from .targets import CONSTANTS, MAIN_PPO, PLATFORM_MODULE, RAY_RECORD_ID, RUNTIME_ENV_FUNCTION
 
 GATE = Gate(
     "VERL_ASCEND_EXT_DEVICE_HOOKS",
@@ -33,16 +34,13 @@ FORWARD_GATE = Gate(
     doc="Carry this package's variables set in the driver into every Ray worker of a PPO job (runtime env).",
 )
 
-PLATFORM_MODULE = "verl.plugin.platform.platform_npu"
-MAIN_PPO = "verl.trainer.main_ppo"
-
 RAY_RUNTIME_ENV = PatchRecord(
-    id="ray-runtime-env-gates",
+    id=RAY_RECORD_ID,
     feature="device",
     why="verl leaves driver-set variables out of the Ray runtime env, assuming inheritance that only a local Ray "
     "gives: on other nodes this package's gates are missing and those workers silently run unpatched code.",
-    target="verl.trainer.constants_ppo:get_ppo_ray_runtime_env",
-    gate=FORWARD_GATE.env,
+    target=f"{CONSTANTS}:{RUNTIME_ENV_FUNCTION}",
+    gate=FORWARD_GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(

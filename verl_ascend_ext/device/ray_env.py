@@ -18,13 +18,9 @@ from types import ModuleType
 from typing import Any
 
 from .env import package_env
-from .feature import RAY_RUNTIME_ENV
+from .targets import CONSTANTS, RAY_RECORD_ID, RUNTIME_ENV_FUNCTION
 
 logger = logging.getLogger("verl_ascend_ext.device")
-
-CONSTANTS = "verl.trainer.constants_ppo"
-FUNCTION = "get_ppo_ray_runtime_env"
-RECORD_ID = RAY_RUNTIME_ENV.id
 
 
 def forward_gates(original: Any, *args: Any, **kwargs: Any) -> Any:
@@ -48,11 +44,12 @@ def rebind_main_ppo(main_ppo: ModuleType) -> None:
     holds is bound; anything else is left alone.
     """
     constants = sys.modules.get(CONSTANTS)
-    patched = getattr(constants, FUNCTION, None)
-    bound = getattr(main_ppo, FUNCTION, None)
+    patched = getattr(constants, RUNTIME_ENV_FUNCTION, None)
+    bound = getattr(main_ppo, RUNTIME_ENV_FUNCTION, None)
     from ..patching.replacement import MARKER
 
-    ours = getattr(patched, MARKER, None) == RECORD_ID
+    ours = getattr(patched, MARKER, None) == RAY_RECORD_ID
     if ours and bound is not None and bound is not patched and getattr(patched, "__wrapped__", None) is bound:
-        setattr(main_ppo, FUNCTION, patched)
-        logger.info("verl-ascend-ext: rebound %s.%s to the gate-forwarding wrapper", main_ppo.__name__, FUNCTION)
+        setattr(main_ppo, RUNTIME_ENV_FUNCTION, patched)
+        logger.info("verl-ascend-ext: rebound %s.%s to the gate-forwarding wrapper", main_ppo.__name__,
+                    RUNTIME_ENV_FUNCTION)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..patching.source import definition_in_file, find_module_file
-from .feature import PLATFORM_MODULE
+from .targets import PLATFORM_MODULE
 
 NEEDED_METHODS = ("set_allocator_settings", "rollout_env_vars")
 REGISTRATION = "@PlatformRegistry.register(platform='huawei')"

@@ -18,7 +18,7 @@ FSDP2_TOPK = PatchRecord(
     feature="distillation",
     why="strategy=fsdp2 raises NotImplementedError in the top-k distillation loss; it must use the FSDP loss code.",
     target="verl.trainer.distillation.losses:compute_topk_loss",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(
@@ -42,7 +42,7 @@ TEACHER_PADDING = PatchRecord(
     why="Synthetic padding samples keep teacher_ids/teacher_logprobs at the source sample's length, "
     "so they no longer match the template's input_ids and the padded batch cannot be concatenated.",
     target="verl.trainer.ppo.padding_utils:construct_minimal_padding_template",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(

@@ -9,7 +9,7 @@ hooks); nothing here imports vLLM-Ascend, which needs an NPU.
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from ..patching import Fingerprint, Gate, PatchRecord
+from ..patching import Action, Fingerprint, Gate, PatchRecord
 from ..patching.record import ForeignCopy
 from . import GATE, VERL_CAMEM_MARKER, VERL_ENABLED, VERL_MARKER
 
@@ -43,7 +43,7 @@ RMSNORM = PatchRecord(
     why="With a residual, AscendRMSNorm uses the fused add-and-norm, which normalises the unrounded sum; training "
     "rounds the sum first. Add explicitly, then RMS-normalise the sum (bias, when the layer has one, still added).",
     target="vllm_ascend.ops.layernorm:AscendRMSNorm.forward_oot",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -86,7 +86,7 @@ KV_B_PROJ = PatchRecord(
     why="AscendSFAImpl.process_weights_after_loading disposes kv_b_proj to shape [0]; the next RL weight update "
     "reloads it and fails the shape check. Keep kv_b_proj alive (only that layer; the others are still disposed).",
     target="vllm_ascend.attention.sfa_v1:AscendSFAImpl.process_weights_after_loading",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -118,7 +118,7 @@ def _device_operator_record(adaptor: str) -> PatchRecord:
         why=f"The SFA lightning indexer needs its weights scaled by n_head^-0.5 * head_dim^-0.5; scale them once on "
         f"entry to {adaptor}.indexer_select_post_process (the only place sfa_v1 hands them to the NPU kernels).",
         target=f"vllm_ascend.device.device_op:{adaptor}.indexer_select_post_process",
-        gate=GATE.env,
+        gate=GATE,
         distribution=DISTRIBUTION,
         versions=VERSIONS,
         original=Fingerprint(
@@ -164,7 +164,7 @@ INDEXER_CP = PatchRecord(
     "verl's in-tree fix leaves it unscaled. Scale weights by n_head^-0.5 * head_dim^-0.5 on entry to its "
     "_execute_indexer_select.",
     target="vllm_ascend.attention.context_parallel.sfa_cp:AscendSFACPImpl._execute_indexer_select",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -213,7 +213,7 @@ CAMEM_SLEEP = PatchRecord(
     why="CaMemAllocator.sleep unmaps device memory while kernels queued on the device may still use it; "
     "synchronise the device first.",
     target="vllm_ascend.device_allocator.camem:CaMemAllocator.sleep",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -243,7 +243,7 @@ ROUTED_EXPERTS = PatchRecord(
     why="vLLM-Ascend installs its routed-experts capture (Ascend padded DP / all-to-all layouts) only when vLLM is "
     "not 0.23.0; with vLLM 0.23.0 routed-expert replay gets vLLM's CUDA-layout capture. Import it in workers.",
     target="vllm_ascend.patch.worker:<module>",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -263,7 +263,7 @@ ROUTED_EXPERTS = PatchRecord(
     remove_when="the minimum supported vLLM-Ascend imports the capture patch with vLLM 0.23, or vLLM > 0.23.0 is "
     "required (it then reports already-applied)",
     traced=False,
-    action="import",
+    action=Action.IMPORT,
     changes=(Fingerprint(
         contains=(r"^_V2_MODEL_RUNNER_SUPPORTED = not vllm_version_is\('(?!0\.23\.0')[\w.]+'\)$",
                   r"^if _V2_MODEL_RUNNER_SUPPORTED:\n"

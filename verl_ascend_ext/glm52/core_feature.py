@@ -9,7 +9,7 @@ mutated copies and with the diffs of ``patches/vllm/`` applied.
 from __future__ import annotations
 
 from ..hookspecs import hookimpl
-from ..patching import Fingerprint, Gate, PatchRecord
+from ..patching import Action, Fingerprint, Gate, PatchRecord
 from ..patching.record import ForeignCopy
 from . import GATE, VERL_ENABLED, VERL_MARKER
 
@@ -42,7 +42,7 @@ WAKE_UP = PatchRecord(
     why="EngineCore.wake_up resumes scheduling after any wake-up, also a weights-only one while the KV cache "
     "still sleeps, so requests are scheduled onto unmapped memory. Resume only once the executor is fully awake.",
     target="vllm.v1.engine.core:EngineCore.wake_up",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -78,7 +78,7 @@ DUMMY_BATCH = PatchRecord(
     # The bug is in the caller (run_busy_loop, an endless loop that cannot be wrapped); the patch goes on the
     # callee it runs, which DPEngineCoreProc inherits from EngineCore: the wrapper is set on DPEngineCoreProc.
     target="vllm.v1.engine.core:DPEngineCoreProc.execute_dummy_batch",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -114,7 +114,7 @@ ENGINE_CORE_ENTRY = PatchRecord(
     "entry point, which EngineCore.__init__ loads): vLLM starts that process with target="
     "EngineCoreProc.run_engine_core, pickled by reference; ours boots the plugin in the child, then runs vLLM's.",
     target="vllm.v1.engine.core:EngineCoreProc.run_engine_core",
-    gate=GATE.env,
+    gate=GATE,
     distribution=DISTRIBUTION,
     versions=VERSIONS,
     original=Fingerprint(
@@ -124,13 +124,13 @@ ENGINE_CORE_ENTRY = PatchRecord(
         description="static entry point that builds DPEngineCoreProc/EngineCoreProc from (*args, **kwargs) and "
         "runs its busy loop",
     ),
-    fixed=Fingerprint(description="(no upstream form: stands down when the fixes it carries need no carrying)"),
+    fixed=Fingerprint.never_matching("(no upstream form: stands down when the fixes it carries need no carrying)"),
     wrapper="verl_ascend_ext.glm52.vllm_core:run_engine_core",
     upstream="not an upstream fix: carries " + UPSTREAM,
     remove_when=REMOVE_WHEN,
     traced=False,
-    action="staticmethod",
-    serves=(WAKE_UP.id, DUMMY_BATCH.id),
+    action=Action.STATICMETHOD,
+    serves=(WAKE_UP, DUMMY_BATCH),
 )
 
 RECORDS = (WAKE_UP, DUMMY_BATCH, ENGINE_CORE_ENTRY)  # entry last: it serves the two before it

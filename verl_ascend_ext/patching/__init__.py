@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import PatchRefusedError
 from .gates import Gate, GateValueError, parse_bool, parse_bool_env
-from .record import Fingerprint, PatchRecord, PatchStatus, Status
+from .record import Action, Fingerprint, PatchRecord, PatchStatus, Status
 from .status import statuses
 
 _ENGINE = ("apply", "predict", "unpatch")
@@ -25,6 +25,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Action",
     "Fingerprint",
     "Gate",
     "GateValueError",

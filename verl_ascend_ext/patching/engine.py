@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
-from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
+from .record import Action, Fingerprint, PatchRecord, PatchStatus, Status, split_target
 from .replacement import MARKER, UntraceableReplacementError, build, untraceable
 from .shield import expose_on_upstream, set_by_us, withdraw
 from .source import (
@@ -68,7 +68,7 @@ def refusal_message(record: PatchRecord, definition: Definition | None, where: s
         f"recognises ({reason}). Installed: {record.distribution} {version}; this patch knows "
         f"{record.distribution} {record.versions}. Nothing was changed. Fix: use a {record.distribution} release "
         f"in {record.versions}, or run without this fix by setting {DISABLE_ENV}={record.id} "
-        f"(or {record.gate}=0)."
+        f"(or {record.gate.env}=0)."
     )
 
 
@@ -146,7 +146,7 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
         return PatchStatus(record.id, record.target, Status.NOT_INSTALLED,
                            f"module {record.module} is not part of the installed {record.distribution}")
     if record.serves:
-        served = [predict(_registered(sid), disabled, env) for sid in record.serves]
+        served = [predict(served, disabled, env) for served in record.serves]
         stand_down = _stand_down(served, "will")
         if stand_down is not None:
             return PatchStatus(record.id, record.target, stand_down[0], stand_down[1], str(path))
@@ -161,26 +161,33 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
         copy = _enabled_foreign_copy(record, env)
         if copy is not None:
             status, detail = Status.ALREADY_APPLIED, copy
+        elif record.needs:
+            missing = _missing_needs([predict(n, disabled, env) for n in record.needs])
+            if missing is not None:
+                status, detail = Status.DISABLED, missing
     return PatchStatus(record.id, record.target, status, detail, definition.where if definition else str(path))
 
 
 def _enabled_foreign_copy(record: PatchRecord, environ: Mapping[str, str]) -> str | None:
     """Detail naming an installed, enabled foreign copy of ``record``'s fix, or None."""
-    gate_value = environ.get(record.gate, "").strip().lower()
+    gate_value = environ.get(record.gate.env, "").strip().lower()
     for copy in record.foreign_copies:
         if copy.enabled_by and gate_value not in copy.enabled_by:
             continue
         found = source_definition(copy.target)
         if found is not None and copy.fingerprint.matches(found.text):
-            return (f"{copy.name} ({found.where}) is installed and enabled by {record.gate}: whichever copy loads "
+            return (f"{copy.name} ({found.where}) is installed and enabled by {record.gate.env}: whichever copy loads "
                     "first applies the fix once, the other stands down (it sees the first one's marker)")
     return None
 
 
-def _registered(patch_id: str) -> PatchRecord:
-    from ..features import registry  # the registry imports this package: resolve at call time
-
-    return registry().record(patch_id)
+def _missing_needs(needed: list[PatchStatus]) -> str | None:
+    """Why a record stands down when a patch it ``needs`` is not (or will not be) applied, else None."""
+    off = [s for s in needed if s.status not in (Status.APPLIED, Status.WILL_APPLY, Status.PENDING)]
+    if not off:
+        return None
+    return ("its replacement relies on " + ", ".join(f"{s.id} ({s.status})" for s in off)
+            + ", which is not applied: nothing would trigger it")
 
 
 def _stand_down(served: list[PatchStatus], tense: str) -> tuple[Status, str] | None:
@@ -225,7 +232,7 @@ def _set(record: PatchRecord, status: Status, detail: str, where: str = "") -> P
 def apply(record: PatchRecord) -> PatchStatus:
     """Apply ``record`` to its imported target module, at most once; raise PatchRefusedError on unknown code."""
     with lock:
-        if record.action == "import":
+        if record.action == Action.IMPORT:
             return _apply_import(record)
         try:
             owner, name, live = _resolve(record)
@@ -247,7 +254,7 @@ def apply(record: PatchRecord) -> PatchStatus:
         if marker is not None:
             return _set(record, Status.ALREADY_APPLIED, f"another copy of this fix is in place (marker {marker})")
         if record.serves:
-            stand_down = _stand_down([_served_status(sid) for sid in record.serves], "did")
+            stand_down = _stand_down([_served_status(served) for served in record.serves], "did")
             if stand_down is not None:
                 return _set(record, *stand_down)
         definition = definition_of_object(live)
@@ -258,10 +265,19 @@ def apply(record: PatchRecord) -> PatchStatus:
         if status is Status.FIXED_UPSTREAM:
             detail += expose_on_upstream(record, live)  # other copies stand down on the fixed code too (shield)
             return _set(record, status, detail, definition.where if definition else "")
+        if status is Status.WILL_APPLY and record.needs:
+            # A needed patch whose module is not imported yet is PENDING and counts as on: it applies on import
+            # or refuses loudly. One that ends fixed-upstream or already-applied then leaves this replacement
+            # falling back to the original on every call (it never sees the context it waits for).
+            needed = [current(n.id) or PatchStatus(n.id, n.target, Status.DISABLED, "not active in this process")
+                      for n in record.needs]
+            missing = _missing_needs(needed)
+            if missing is not None:
+                return _set(record, Status.DISABLED, missing, definition.where if definition else "")
         module_name, _, func_name = record.wrapper.partition(":")
         impl = getattr(importlib.import_module(module_name), func_name)
         where = definition.where if definition else record.module
-        if record.action == "staticmethod":
+        if record.action == Action.STATICMETHOD:
             if not isinstance(live, staticmethod):
                 reason = f"it is a {type(live).__name__}, not a staticmethod"
                 message = refusal_message(record, definition, where, reason)
@@ -277,7 +293,7 @@ def apply(record: PatchRecord) -> PatchStatus:
                        f"passes state explicitly; or run without this fix by setting {DISABLE_ENV}={record.id}.")
             _set(record, Status.REFUSED, message)
             raise UntraceableReplacementError(message)
-        if record.action == "staticmethod":
+        if record.action == Action.STATICMETHOD:
             setattr(impl, MARKER, record.id)
         had_own = not isinstance(owner, type) or name in vars(owner)
         setattr(owner, name, raw)
@@ -285,11 +301,11 @@ def apply(record: PatchRecord) -> PatchStatus:
         return _set(record, Status.APPLIED, detail, definition.where if definition else "")
 
 
-def _served_status(patch_id: str) -> PatchStatus:
+def _served_status(served: PatchRecord) -> PatchStatus:
     """In-process status of a served patch, applying it first when it was not decided yet."""
-    known = current(patch_id)
+    known = current(served.id)
     if known is None or known.status is Status.PENDING:
-        known = apply(_registered(patch_id))
+        known = apply(served)
     return known
 
 

@@ -13,6 +13,8 @@ import re
 from enum import Enum
 from typing import NamedTuple
 
+from .gates import Gate
+
 
 class Status(str, Enum):
     """What happened (in-process) or will happen (static prediction) to one patch."""
@@ -26,6 +28,17 @@ class Status(str, Enum):
     DISABLED = "disabled"
     REFUSED = "refused"
     PENDING = "pending"  # in-process only: gate on, hook registered, target module not imported yet
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Action(str, Enum):
+    """How the engine installs a record's ``wrapper`` (see ``PatchRecord``); checked when features are collected."""
+
+    WRAP = "wrap"
+    IMPORT = "import"
+    STATICMETHOD = "staticmethod"
 
     def __str__(self) -> str:
         return self.value
@@ -57,9 +70,17 @@ class Fingerprint(NamedTuple):
     # The engine resolves them from source files (see ``engine.fingerprint_matches``).
     at: str = ""
     also: tuple[Fingerprint, ...] = ()
+    # A fingerprint that recognises nothing, on purpose: the ``fixed`` of a patch no upstream release carries
+    # (``Fingerprint.never_matching``). A fingerprint without patterns that does not say so is a declaration error.
+    never: bool = False
+
+    @classmethod
+    def never_matching(cls, description: str) -> Fingerprint:
+        """The ``fixed`` fingerprint of a patch with no upstream form: ``description`` says why."""
+        return cls(description=description, never=True)
 
     def matches(self, text: str) -> bool:
-        if not self.contains and not self.absent:
+        if self.never or (not self.contains and not self.absent):
             return False
         return all(re.search(p, text, re.M) for p in self.contains) and not any(
             re.search(p, text, re.M) for p in self.absent
@@ -109,7 +130,7 @@ class PatchRecord(NamedTuple):
     feature: str
     why: str
     target: str
-    gate: str
+    gate: Gate  # the object, not its name: every decision about the record needs only the record
     distribution: str
     versions: str  # PEP 440 specifier of the releases whose code was read for this record
     original: Fingerprint
@@ -125,14 +146,15 @@ class PatchRecord(NamedTuple):
     # "staticmethod": the target is a staticmethod; ``wrapper`` names a module-level function installed as
     # ``staticmethod(function)`` in its place, so it pickles by reference (e.g. as a multiprocessing spawn
     # target); the function reaches the original through ``engine.original(record.id)``.
-    action: str = "wrap"
+    action: Action = Action.WRAP
     # Marker attributes set to True on our replacement function (the original is not touched): another copy
     # of the same fix that checks these markers stands down. When the fix is upstream, the engine sets them on
     # the upstream function itself (attribute only, see ``shield``).
     exposes_markers: tuple[str, ...] = ()
-    # Ids of the patches (same target module, declared earlier) this record exists for, e.g. an entry point
-    # that carries them into spawned processes: it stands down unless one of them is applied.
-    serves: tuple[str, ...] = ()
+    # The patches (same target module, declared earlier) this record exists for, e.g. an entry point that
+    # carries them into spawned processes: it stands down unless one of them is applied. Records, not ids, so
+    # that the engine decides from the record alone and never looks anything up in the feature registry.
+    serves: tuple[PatchRecord, ...] = ()
     # Other packages' copies of the same fix, recognised in their installed source (doctor's prediction).
     foreign_copies: tuple[ForeignCopy, ...] = ()
     # Further shapes of the fix (any one of ``fixed`` and these suffices). A shape whose ``at`` names another
@@ -141,6 +163,9 @@ class PatchRecord(NamedTuple):
     # Shapes read in later releases that this patch does not handle: when the code is refused, the
     # description of each one that matches is added to the refusal, saying what changed.
     changes: tuple[Fingerprint, ...] = ()
+    # Patches whose replacement this one relies on (e.g. it reads a ContextVar theirs sets): this one stands
+    # down (``disabled``, naming them) when one of them is off or will not be applied.
+    needs: tuple[PatchRecord, ...] = ()
 
     @property
     def module(self) -> str:

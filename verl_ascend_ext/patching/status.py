@@ -9,12 +9,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
-from .gates import DISABLE_ENV, parse_bool_env
+from .gates import DISABLE_ENV
 from .record import PatchRecord, PatchStatus, Status
 
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
-_gate_defaults: dict[str, bool] = {}
 _on_change: Callable[[PatchStatus], None] | None = None  # the process record's writer, set at the end of boot
 
 
@@ -24,21 +23,12 @@ def on_change(listener: Callable[[PatchStatus], None] | None) -> None:
     _on_change = listener
 
 
-def set_gate_defaults(defaults: Mapping[str, bool]) -> None:
-    """Record the declared default of every gate (from the features' gate declarations)."""
-    _gate_defaults.update(defaults)
-
-
-def gate_default(env: str) -> bool:
-    return _gate_defaults.get(env, False)
-
-
 def switched_off(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str, str]) -> PatchStatus | None:
     """DISABLED or GATE_OFF status when the kill switch or the gate turn the patch off, else None."""
     if record.id in disabled:
         return PatchStatus(record.id, record.target, Status.DISABLED, f"listed in {DISABLE_ENV}")
-    if not parse_bool_env(record.gate, gate_default(record.gate), environ):
-        return PatchStatus(record.id, record.target, Status.GATE_OFF, f"{record.gate} is off")
+    if not record.gate.read(environ):
+        return PatchStatus(record.id, record.target, Status.GATE_OFF, f"{record.gate.env} is off")
     return None
 
 

@@ -30,7 +30,7 @@ KV_BARRIER = PatchRecord(
     why="The leader rank resumes the rollout KV cache while other ranks still hold training memory (OOM on "
     "non-leader ranks); all ranks must meet at a barrier first.",
     target=UPDATE_WEIGHTS,
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(
@@ -54,7 +54,7 @@ LIGHT_EMPTY_CACHE = PatchRecord(
     why="update_weights calls aggressive_empty_cache, whose full gc.collect() sits on the sync critical path "
     "(verl #7848: median sync 5.17 s vs 2.71 s); a device empty_cache (synchronised) is enough there.",
     target="verl.utils.memory_utils:aggressive_empty_cache",
-    gate=GATE.env,
+    gate=GATE,
     distribution="verl",
     versions=">=0.9.0,<0.10",
     original=Fingerprint(
@@ -77,6 +77,7 @@ LIGHT_EMPTY_CACHE = PatchRecord(
     upstream="verl PR #7864 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
     traced=False,
+    needs=(KV_BARRIER,),  # its update_weights replacement marks the calls to make light
 )
 
 
@@ -86,7 +87,7 @@ def _bucket_record(side: str) -> PatchRecord:
         feature="weight_sync",
         why=f"BucketedWeight{side}._cleanup runs a full gc.collect() after every weight sync.",
         target=f"{BUCKETS}:BucketedWeight{side}._cleanup",
-        gate=GATE.env,
+        gate=GATE,
         distribution="verl",
         versions=">=0.9.0,<0.10",
         original=Fingerprint(

@@ -6,10 +6,13 @@ import asyncio
 import gc
 import sys
 import threading
+from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
-WORKERS = "verl.workers.engine_workers"
+# True while ``ActorRolloutRefWorker.update_weights`` runs (set by its replacement below, in its task's context:
+# concurrent coroutines and other threads do not see it). Both targets run eagerly, never traced.
+_in_update_weights: ContextVar[bool] = ContextVar("verl_ascend_ext_in_update_weights", default=False)
 
 
 async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -18,7 +21,16 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
     verl's method is one coroutine, so the barrier goes in through the object it calls: for the
     duration of the call, ``self.rollout.resume`` is shadowed (on that rollout object only) by a
     coroutine that runs ``torch.distributed.barrier`` in a thread before ``resume(tags=['kv_cache'])``.
+    It also marks the call (``_in_update_weights``) for ``light_empty_cache_in_update_weights``.
     """
+    token = _in_update_weights.set(True)
+    try:
+        return await _with_kv_barrier(original, self, *args, **kwargs)
+    finally:
+        _in_update_weights.reset(token)
+
+
+async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     import torch.distributed as dist
 
     rollout = getattr(self, "rollout", None)
@@ -43,19 +55,6 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
             del rollout.resume
 
 
-def _called_from_update_weights() -> bool:
-    workers = sys.modules.get(WORKERS)
-    filename = getattr(workers, "__file__", None)
-    frame = sys._getframe(2)
-    for _ in range(4):  # frame 2 is our replacement function; allow a few decorator frames above it
-        if frame is None:
-            return False
-        if frame.f_code.co_name == "update_weights" and frame.f_code.co_filename == filename:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def light_empty_cache() -> None:
     """What verl 0.9.1 does on the sync path: synchronise, then return cached device blocks; no GC."""
     from verl.utils.device import get_torch_device
@@ -68,8 +67,11 @@ def light_empty_cache() -> None:
 
 
 def light_empty_cache_in_update_weights(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``aggressive_empty_cache`` that is light when ``ActorRolloutRefWorker.update_weights`` calls it."""
-    if _called_from_update_weights():
+    """``aggressive_empty_cache`` that is light inside ``ActorRolloutRefWorker.update_weights``.
+
+    The weight-sync-kv-barrier replacement of ``update_weights`` marks the call (the record ``needs`` it).
+    """
+    if _in_update_weights.get():
         return light_empty_cache()
     return original(*args, **kwargs)
 

@@ -1,0 +1,130 @@
+"""The on-disk source index is keyed by content: a changed file is never judged by a stale entry, and an
+entry that is corrupt, foreign or mis-shaped is ignored and rewritten, never trusted.
+
+Each test points ``$VERL_ASCEND_EXT_CACHE`` at its own directory and calls ``source.clear_cache()`` where a
+new process would start with empty in-process caches (the on-disk index is what carries over).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from verl_ascend_ext.patching import engine, source
+from verl_ascend_ext.patching.gates import Gate
+from verl_ascend_ext.patching.record import Fingerprint, PatchRecord, Status
+
+OLD = "def step(x):\n    return x + 1\n"
+NEW = "def step(x):\n    return x - 1\n"  # a one-character fix: same size
+assert len(OLD) == len(NEW)
+
+RECORD = PatchRecord(
+    id="index-probe", feature="test", why="probe", target="probe_mod:step",
+    gate=Gate("VERL_ASCEND_EXT_TEST_GATE", True, "test"),
+    distribution="pytest", versions=">=0", wrapper="probe_mod:step", upstream="-", remove_when="-", traced=False,
+    original=Fingerprint(contains=(r"return x \+ 1",), description="adds one"),
+    fixed=Fingerprint(contains=(r"return x - 1",), description="subtracts one"),
+)
+
+
+@pytest.fixture
+def index_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(source.INDEX_DIR_ENV, str(tmp_path / "cache"))
+    source.clear_cache()
+    yield tmp_path / "cache" / "source-index"
+    source.clear_cache()
+
+
+def verdict(path: Path) -> Status:
+    return engine.classify(RECORD, source.definition_in_file(path, "step"), str(path))[0]
+
+
+def entry_of(path: Path) -> Path:
+    return source._index_file(source.content_digest(path.read_bytes()))
+
+
+def test_same_path_mtime_and_size_with_new_bytes_gets_the_new_verdict(tmp_path: Path, index_home: Path) -> None:
+    module = tmp_path / "probe_mod.py"
+    module.write_text(OLD)
+    stamp = os.stat(module)
+    assert verdict(module) is Status.WILL_APPLY
+    assert entry_of(module).is_file()
+
+    module.write_text(NEW)
+    os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as a reproducible image build would
+    after = os.stat(module)
+    assert (after.st_mtime_ns, after.st_size) == (stamp.st_mtime_ns, stamp.st_size)
+    source.clear_cache()  # a new process: only the on-disk index carries over
+
+    assert verdict(module) is Status.FIXED_UPSTREAM
+    assert len(list(index_home.glob("*.json"))) == 3  # one entry per content, plus the verdict store
+
+
+def test_identical_content_at_another_path_shares_one_entry(tmp_path: Path, index_home: Path) -> None:
+    first, second = tmp_path / "a" / "probe_mod.py", tmp_path / "b" / "probe_mod.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text(OLD)
+    assert source.definitions(first) == source.definitions(second)
+    assert [p.name for p in index_home.glob("*-py*.json")] == [entry_of(first).name]
+
+
+def _stored_entry(module: Path) -> dict:
+    return json.loads(entry_of(module).read_text())
+
+
+UNTRUSTED = {
+    "not JSON": lambda good: b"\x00\xffnot json",
+    "truncated": lambda good: json.dumps(good).encode()[:40],
+    "a JSON list": lambda good: b"[1, 2, 3]",
+    "another file's content": lambda good: json.dumps({**good, "content": "0" * 40}).encode(),
+    "another Python": lambda good: json.dumps({**good, "python": "2.7"}).encode(),
+    "another format": lambda good: json.dumps({**good, "format": source.INDEX_FORMAT - 1}).encode(),
+    "definitions not a mapping": lambda good: json.dumps({**good, "definitions": ["step"]}).encode(),
+    "a mis-shaped definition": lambda good: json.dumps(
+        {**good, "definitions": {"step": [1, "1", "def step(x):\n    return x - 1"]}}).encode(),
+    "the old layout": lambda good: json.dumps(good["definitions"]).encode(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNTRUSTED))
+def test_untrusted_entry_is_ignored_and_rewritten(kind: str, tmp_path: Path, index_home: Path) -> None:
+    module = tmp_path / "probe_mod.py"
+    module.write_text(OLD)
+    source.definitions(module)
+    good = _stored_entry(module)
+    assert good["definitions"]["step"] == [1, 1, "def step(x):\n    return x + 1"]
+
+    entry_of(module).write_bytes(UNTRUSTED[kind](good))
+    source.clear_cache()
+
+    assert verdict(module) is Status.WILL_APPLY
+    assert source.definitions(module)["step"] == (1, 1, "def step(x):\n    return x + 1")
+    assert _stored_entry(module) == good  # rewritten with what the file really holds
+
+
+def test_a_foreign_entry_under_the_right_name_does_not_decide(tmp_path: Path, index_home: Path) -> None:
+    """An entry claiming the fix is in place, but made from other bytes, is not believed."""
+    module = tmp_path / "probe_mod.py"
+    module.write_text(OLD)
+    digest = source.content_digest(module.read_bytes())
+    index_home.mkdir(parents=True)
+    source._index_file(digest).write_text(json.dumps({
+        "format": source.INDEX_FORMAT, "python": source.PYTHON, "content": source.content_digest(NEW.encode()),
+        "definitions": {"step": [1, 1, "def step(x):\n    return x - 1"]}}))
+    assert verdict(module) is Status.WILL_APPLY
+    assert _stored_entry(module)["content"] == digest
+
+
+def test_corrupt_verdict_store_is_ignored_and_rewritten(tmp_path: Path, index_home: Path) -> None:
+    module = tmp_path / "probe_mod.py"
+    module.write_text(OLD)
+    store = index_home / f"matches-{source.INDEX_FORMAT}.json"
+    index_home.mkdir(parents=True)
+    store.write_text('{"truncated": tr')
+    assert verdict(module) is Status.WILL_APPLY
+    stored = json.loads(store.read_text())
+    assert stored and all(isinstance(v, bool) for v in stored.values())
