@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .patching.record import PatchStatus
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 
 def activate() -> None:

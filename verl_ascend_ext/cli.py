@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         if args.address and not args.ray:
             parser.error("--address needs --ray")
-        from .status_report import main as status_main
+        from .status_cli import main as status_main
 
         return status_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
                            timeout=args.timeout)

@@ -241,7 +241,7 @@ class _Recorder:
         self.fd: int | None = None
 
     def record(self) -> dict[str, Any]:
-        from . import __version__
+        from ._version import __version__
 
         title = process_title()
         role, actor = detect_role(self.loaded_by, sys.argv, title, _mp_name(), self.session)
