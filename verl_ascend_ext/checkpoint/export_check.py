@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .compare import compare
+from .compare import Comparison, compare
 from .mode import MODE_ENV, MODES, export_check_mode
 from .shards import INDEX, SINGLE_FILE, CheckpointInputError, Inventory, read_checkpoint
 
@@ -40,9 +40,9 @@ class ExportInputError(ExportCheckError):
     """The check cannot run: a directory is absent or empty, or the reference is not a usable baseline."""
 
 
-@dataclass
-class ExportReport:
-    """The verdict, written as JSON beside the export (every field but ``report_path``)."""
+@dataclass(kw_only=True)
+class ExportReport(Comparison):
+    """The verdict, written as JSON beside the export (every field but ``report_path``): the comparison and more."""
 
     export: str
     reference: str
@@ -54,15 +54,6 @@ class ExportReport:
     shards: dict[str, int] = field(default_factory=dict)
     integrity: list[str] = field(default_factory=list)
     stray_shards: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)
-    omitted: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    mismatched: list[dict[str, str]] = field(default_factory=list)
-    converted: dict[str, int] = field(default_factory=dict)
-    diagnoses: list[str] = field(default_factory=list)
-    declared_omissions: list[str] = field(default_factory=list)
-    declared_conversions: list[str] = field(default_factory=list)
     plugin_status: dict[str, Any] | None = None  # the driver's record and the job summary at save time
     report_path: str = ""
 
@@ -135,10 +126,7 @@ def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[
         ok=not (have.problems or result.missing or result.mismatched),
         tensors={"export": len(have.tensors), "reference": len(wanted.tensors)},
         shards={"export": len(have.shards), "reference": len(wanted.shards)},
-        integrity=have.problems, stray_shards=have.stray_shards, missing=result.missing,
-        unreadable=result.unreadable, omitted=result.omitted, extra=result.extra, mismatched=result.mismatched,
-        converted=result.converted, diagnoses=result.diagnoses,
-        declared_omissions=result.declared_omissions, declared_conversions=result.declared_conversions,
+        integrity=have.problems, stray_shards=have.stray_shards, **vars(result),
     )
 
 
