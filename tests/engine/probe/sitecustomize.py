@@ -4,8 +4,9 @@ Only active when ENGINE_PROBE_DIR is set. It records, into ENGINE_PROBE_DIR/<pid
 itself saw; it changes nothing the GLM-5.2 patches touch:
 - in an EngineCore process, each time the client asks ``is_scheduler_paused``: the patch layers on the
   three targets and the plugin's statuses here (``core_state``), read after the engine finished starting;
-- in any process whose executor runs a dummy forward (``MultiprocExecutor.execute_dummy_batch``, the call
-  that reaches the workers): how many ran while the executor slept and while it was awake.
+- in any process whose executor runs a dummy forward (``Executor.execute_dummy_batch`` or the
+  ``MultiprocExecutor`` override, the call that reaches the workers): how many ran while the executor
+  slept and while it was awake.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if os.environ.get("ENGINE_PROBE_DIR"):
         with _lock:
             _record["engine_core"] = core_state()
             _record["process"] = type(instance).__name__
+            _record["executor"] = type(instance.model_executor).__name__
             _write()
         return wrapped(*args, **kwargs)
 
@@ -46,6 +48,10 @@ if os.environ.get("ENGINE_PROBE_DIR"):
     def _on_core(module):
         wrapt.wrap_function_wrapper(module, "EngineCore.is_scheduler_paused", _paused_probe)
 
-    @wrapt.when_imported("vllm.v1.executor.multiproc_executor")
+    @wrapt.when_imported("vllm.v1.executor.abstract")
     def _on_executor(module):
+        wrapt.wrap_function_wrapper(module, "Executor.execute_dummy_batch", _dummy_probe)
+
+    @wrapt.when_imported("vllm.v1.executor.multiproc_executor")
+    def _on_mp_executor(module):  # overrides Executor's
         wrapt.wrap_function_wrapper(module, "MultiprocExecutor.execute_dummy_batch", _dummy_probe)
