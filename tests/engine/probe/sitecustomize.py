@@ -1,12 +1,9 @@
 """Test probe of the real-engine tier, loaded by every Python process of an engine run (PYTHONPATH).
 
-Only active when ENGINE_PROBE_DIR is set. It records, into ENGINE_PROBE_DIR/<pid>.json, what this process
-itself saw; it changes nothing the GLM-5.2 patches touch:
-- in an EngineCore process, each time the client asks ``is_scheduler_paused``: the patch layers on the
-  three targets and the plugin's statuses here (``core_state``), read after the engine finished starting;
-- in any process whose executor runs a dummy forward (``Executor.execute_dummy_batch`` or the
-  ``MultiprocExecutor`` override, the call that reaches the workers): how many ran while the executor
-  slept and while it was awake.
+Only active when ENGINE_PROBE_DIR is set. In an EngineCore process, each time the client asks
+``is_scheduler_paused``, it records into ENGINE_PROBE_DIR/<pid>.json the patch layers on the three targets
+and the plugin's statuses there (``core_state``), read after the engine finished starting. It wraps only
+``EngineCore.is_scheduler_paused``, which no GLM-5.2 patch touches.
 """
 
 from __future__ import annotations
@@ -20,9 +17,10 @@ if os.environ.get("ENGINE_PROBE_DIR"):
     import wrapt
 
     _lock = threading.Lock()
-    _record: dict = {"pid": os.getpid(), "dummy_forwards": {"asleep": 0, "awake": 0}}
+    _record: dict = {}
 
     def _write() -> None:
+        _record["pid"] = os.getpid()
         path = os.path.join(os.environ["ENGINE_PROBE_DIR"], f"{os.getpid()}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(_record, f)
@@ -38,20 +36,6 @@ if os.environ.get("ENGINE_PROBE_DIR"):
             _write()
         return wrapped(*args, **kwargs)
 
-    def _dummy_probe(wrapped, instance, args, kwargs):
-        with _lock:
-            _record["dummy_forwards"]["asleep" if instance.is_sleeping else "awake"] += 1
-            _write()
-        return wrapped(*args, **kwargs)
-
     @wrapt.when_imported("vllm.v1.engine.core")
     def _on_core(module):
         wrapt.wrap_function_wrapper(module, "EngineCore.is_scheduler_paused", _paused_probe)
-
-    @wrapt.when_imported("vllm.v1.executor.abstract")
-    def _on_executor(module):
-        wrapt.wrap_function_wrapper(module, "Executor.execute_dummy_batch", _dummy_probe)
-
-    @wrapt.when_imported("vllm.v1.executor.multiproc_executor")
-    def _on_mp_executor(module):  # overrides Executor's
-        wrapt.wrap_function_wrapper(module, "MultiprocExecutor.execute_dummy_batch", _dummy_probe)
