@@ -40,6 +40,8 @@ def require_engine_env() -> None:
                     pytrace=False)
     if not (MODEL / ".complete").is_file():
         pytest.fail(f"the tiny model is missing at {MODEL}: run {SETUP}", pytrace=False)
+    if not any(ALIAS.glob("vllm-*+cpu.dist-info/METADATA")):
+        pytest.fail(f"the `vllm` distribution alias is missing under {ALIAS}: run {SETUP}", pytrace=False)
 
 
 @dataclass
