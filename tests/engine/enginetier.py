@@ -53,6 +53,7 @@ class Run:
     stdout: str
     stderr: str
     probes: dict[int, dict]  # pid -> what the probe recorded in that process (probe/sitecustomize.py)
+    records: list[dict]  # the plugin's own process records of the run (runtime_record; `verl-ascend status`)
 
     def engine_cores(self) -> list[dict]:
         """What each EngineCore process recorded about itself (patch layers, statuses, loader)."""
@@ -92,15 +93,20 @@ def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, 
 
     The probe directory goes first on PYTHONPATH (then ``pythonpath``): every process of the run records itself.
     """
+    from verl_ascend_ext.status_report import collect
+
     with tempfile.TemporaryDirectory(prefix="engine-probe-") as probe_dir:
         path = ":".join(p for p in (str(PROBE), pythonpath) if p)
+        status_dir = str(Path(probe_dir) / "status")
         proc = subprocess.run([sys.executable, str(HERE / "drive.py"), scenario, str(MODEL)],
-                              env=clean_env({**env, "ENGINE_PROBE_DIR": probe_dir}, path), capture_output=True,
-                              text=True, timeout=timeout)
+                              env=clean_env({**env, "ENGINE_PROBE_DIR": probe_dir,
+                                             "VERL_ASCEND_EXT_STATUS_DIR": status_dir}, path),
+                              capture_output=True, text=True, timeout=timeout)
         probes = {int(f.stem): json.loads(f.read_text()) for f in Path(probe_dir).glob("*.json")}
+        records = collect(status_dir)[0] if Path(status_dir).is_dir() else []
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
-    return Run(result, proc.returncode, proc.stdout, proc.stderr, probes)
+    return Run(result, proc.returncode, proc.stdout, proc.stderr, probes, records)
 
 
 _runs: dict[tuple, Run] = {}

@@ -98,6 +98,26 @@ def test_plugin_boots_in_every_engine_process(part: str) -> None:
     assert set(booted) == {front_pid} | {c["pid"] for c in run.engine_cores()}, booted
 
 
+@pytest.mark.parametrize("part", ["llm", "async"])
+def test_process_records_tell_what_ran_in_each_engine_process(part: str) -> None:
+    """`verl-ascend status`'s records (#12), written by the engine's own processes: roles and patch statuses."""
+    run = shared_run("cycle", ON)
+    result, engine = ok(run), the_engine(run, part)
+    by_pid = {rec["pid"]: rec for rec in run.records}
+    core = by_pid.get(engine["pid"])
+    assert core is not None, (engine["pid"], sorted(by_pid))
+    assert core["role"] == "engine-core", core
+    assert core["loaded_by"][0] == "vllm-engine-core", core
+    for pid in {engine["pid"], result["frontend_pid"]}:
+        patches = by_pid[pid]["patches"]
+        assert patches["glm52-vllm-wake-up-resume-when-awake"]["status"] == "applied", by_pid[pid]
+        assert patches["glm52-vllm-dp-no-dummy-forward-asleep"]["status"] == "applied", by_pid[pid]
+    for worker in result[part]["workers"]:
+        record = by_pid.get(worker["pid"])
+        assert record is not None and record["role"] == "vllm-worker", (worker, record)
+        assert record["gates"]["VERL_VLLM_ASCEND_GLM52_PATCH"] is True, record
+
+
 # ---- 3. verl 0.9.1's in-tree copy and ours, both orders -----------------------------------------
 
 def verl_run(order: str):
