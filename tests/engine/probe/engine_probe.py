@@ -8,6 +8,8 @@ from __future__ import annotations
 import inspect
 import os
 
+MARKER = "_verl_vllm_ascend_glm52_patched"  # verl 0.9.1's in-tree copy stands down on a function carrying it
+
 
 def owner(obj) -> str:
     """Whose code ``obj`` is: vllm, verl, ours (verl_ascend_ext) or the file it comes from."""
@@ -36,11 +38,14 @@ def core_state() -> dict:
     from verl_ascend_ext import patch_statuses
     from verl_ascend_ext.boot import loaded_by
 
+    wake_up = inspect.getattr_static(core.EngineCore, "wake_up")
+    dummy = inspect.getattr_static(core.DPEngineCoreProc, "execute_dummy_batch")
     return {
         "pid": os.getpid(),
-        "wake_up": chain(inspect.getattr_static(core.EngineCore, "wake_up")),
-        "dummy": chain(inspect.getattr_static(core.DPEngineCoreProc, "execute_dummy_batch")),
+        "wake_up": chain(wake_up),
+        "dummy": chain(dummy),
         "entry": chain(inspect.getattr_static(core.EngineCoreProc, "run_engine_core")),
+        "marked": {"wake_up": getattr(wake_up, MARKER, False) is True, "dummy": getattr(dummy, MARKER, False) is True},
         "statuses": {k: v.status.value for k, v in patch_statuses().items() if k.startswith("glm52-vllm")},
         "loaded_by": list(loaded_by()),
     }
