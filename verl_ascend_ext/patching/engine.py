@@ -60,8 +60,11 @@ def installed_version(distribution: str) -> str | None:
 
 
 def refusal_message(record: PatchRecord, definition: Definition | None, where: str, reason: str) -> str:
-    found = installed(record.distribution)
-    version = found.label(record.distribution) if found else "not installed"
+    if active_lookup() is not None:  # vet: the artifact's version, not this machine's
+        version = installed_version(record.distribution) or "not installed"
+    else:
+        found = installed(record.distribution)
+        version = found.label(record.distribution) if found else "not installed"
     location = definition.where if definition else where
     return (
         f"verl-ascend-ext refused patch '{record.id}': {record.target} at {location} is not code this patch "
