@@ -14,10 +14,12 @@ from typing import Any
 
 from .ascend_env import ascend_findings, ascend_report, duplicate_findings, format_section
 from .features import plugin_manager, registry
+from .findings import Finding
 from .patching.distributions import installed
-from .patching.engine import installed_version, predict
-from .patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids, parse_bool
-from .patching.record import Status
+from .patching.engine import installed_version
+from .patching.gates import DISABLE_ENV, GateValueError, parse_bool
+from .patching.prediction import predict_all
+from .patching.record import NEEDS_ATTENTION, Status
 from .patching.source import find_module_file
 
 DISTRIBUTIONS = ("verl", "vllm", "vllm-ascend", "torch", "torch_npu", "megatron-core", "transformers")
@@ -95,31 +97,32 @@ def gate_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
     return rows
 
 
+def feature_findings(environ: Mapping[str, str]) -> list[Finding]:
+    """The features' ``verl_ascend_ext_doctor_findings`` for ``environ`` (each must be a ``Finding``)."""
+    found = []
+    for batch in plugin_manager().hook.verl_ascend_ext_doctor_findings(environ=environ):
+        for finding in batch:
+            if not isinstance(finding, Finding):
+                raise TypeError(f"a verl_ascend_ext_doctor_findings implementation returned {finding!r}; return "
+                                "verl_ascend_ext.findings.Finding objects, e.g. Finding.check(name, status, detail)")
+            found.append(finding)
+    return found
+
+
 def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """The doctor report and its exit code (0 fine, 1 plugin will not load or a patch is refused, 2 bad input)."""
     env = dict(os.environ if environ is None else environ)
     reg = registry()
-    errors: list[str] = []
-    try:
-        disabled = disabled_patch_ids((r.id for r in reg.records), env)
-    except GateValueError as err:
-        errors.append(str(err))
-        disabled = frozenset()
+    predictions = predict_all(reg.records, env, gates=reg.gates)
+    errors = predictions.errors
     gates = gate_report(env)
-    errors += [g["error"] for g in gates if g["error"]]
-    patches = []
-    for record in reg.records:
-        if any(g["env"] == record.gate.env and g["error"] for g in gates):
-            patches.append({"id": record.id, "target": record.target, "status": "unknown",
-                            "detail": f"{record.gate.env} has an invalid value", "where": ""})
-            continue
-        patches.append(predict(record, disabled, env).as_dict())
-    findings = [dict(f) for batch in plugin_manager().hook.verl_ascend_ext_doctor_findings(environ=env)
-                for f in batch]
+    patches = [status.as_dict() for status in predictions.statuses]
+    findings = feature_findings(env)
     ascend = ascend_report(env)
     findings += ascend_findings(ascend, installed_version("torch_npu"), env)
     duplicates, duplicate_checks = duplicate_findings((*DISTRIBUTIONS, "verl-ascend-ext"))
     findings += duplicate_checks
+    blocking = any(f.blocking for f in findings)
     plugin = plugin_report(env)
     report = {
         "versions": versions(),
@@ -129,14 +132,13 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
         "gates": gates,
         "disable": env.get(DISABLE_ENV, ""),
         "patches": patches,
-        "findings": findings,
+        "findings": [f.as_check() for f in findings],
         "errors": errors,
     }
     if errors:
         code = 2
     elif (not plugin["verl_will_load"] or plugin["problems"]
-          or any(p["status"] == Status.REFUSED.value for p in patches)
-          or any(f.get("status") == "error" for f in findings)):
+          or any(s.status is Status.REFUSED for s in predictions.statuses) or blocking):
         code = 1
     else:
         code = 0
@@ -173,7 +175,7 @@ def format_report(report: dict[str, Any]) -> str:
     out += ["", "Patches (predicted for a process started with this environment)"]
     out.append(_table([[p["id"], p["status"], p["target"]] for p in report["patches"]], ["id", "status", "target"]))
     for p in report["patches"]:
-        if p["status"] in ("refused", "unknown"):
+        if p["status"] in NEEDS_ATTENTION:
             out.append(f"  {p['id']}: {p['detail']}")
     if report["findings"]:
         out += ["", "Checks"]

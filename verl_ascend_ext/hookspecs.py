@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from .findings import Finding
     from .patching.gates import Gate
     from .patching.record import PatchRecord
 
@@ -77,9 +78,11 @@ def verl_ascend_ext_import_hooks() -> Sequence[tuple[str, Callable[[ModuleType],
 
 
 @hookspec
-def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> Sequence[Mapping[str, str]]:
+def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> Sequence[Finding]:
     """Return extra findings for ``verl-ascend doctor``, computed without importing torch or verl.
 
-    Each finding is a mapping with ``name``, ``status`` (``ok``, ``info``, ``warn`` or ``error``)
-    and ``detail``. An ``error`` makes doctor exit non-zero.
+    Each finding is a :class:`verl_ascend_ext.findings.Finding`, built with
+    ``Finding.check(name, status, detail)`` where ``status`` is a ``Severity`` (``OK``, ``INFO``,
+    ``WARN`` or ``ERROR``); doctor reports it as ``{"name", "status", "detail"}``. An ``ERROR``
+    makes doctor exit non-zero; anything that is not a ``Finding`` is rejected with a TypeError.
     """

@@ -29,9 +29,8 @@ from typing import Any
 
 from . import runtime_record as rr
 from .patching.gates import DISABLE_ENV
+from .patching.record import DONE, OFF, Status
 
-DONE = ("applied", "fixed-upstream", "already-applied")
-OFF = ("gate-off", "disabled")
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
 VLLM_ENTRY_POINT = "verl_ascend_ext"
 
@@ -92,7 +91,7 @@ def _patch_problems(rec: dict[str, Any]) -> list[str]:
     out = []
     for pid, p in sorted((rec.get("patches") or {}).items()):
         status = p.get("status")
-        if status == "refused" or (status not in DONE and status not in OFF and p.get("imported")):
+        if status == Status.REFUSED or (status not in DONE and status not in OFF and p.get("imported")):
             module = str(p.get("target", "")).partition(":")[0]
             out.append(f"{who(rec)}: patch {pid} is {status} although its module {module} was imported"
                        + (f": {p.get('detail')}" if p.get("detail") else ""))

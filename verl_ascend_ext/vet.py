@@ -3,7 +3,7 @@
 An ARTIFACT is a wheel, an sdist or a source directory (a checkout, an unpacked sdist, or the package
 folder itself) of verl, vLLM or vLLM-Ascend. Archives are unpacked (Python files and metadata only) into a
 temporary directory; nothing is installed or imported. The artifacts together stand for the environment:
-doctor's own prediction (``engine.predict``) runs with module files and versions looked up in them only
+doctor's own prediction (``prediction.predict_all``) runs with module files and versions looked up in them only
 (``source.looking_in``) and with every gate on, as the GLM-5.2 recipe sets them. Exit 1 when a gated patch
 would be refused, 2 on unusable input.
 """
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .features import registry
-from .patching.engine import predict, source_definition
-from .patching.record import PatchRecord, Status
+from .patching.engine import source_definition
+from .patching.prediction import predict_all
+from .patching.record import NEEDS_ATTENTION, PatchRecord, Status
 from .patching.source import Lookup, canonical_name, find_module_file, looking_in
 
 FOREIGN_PACKAGES = {"verl": "verl"}  # top-level packages of other copies' owners (ForeignCopy targets)
@@ -92,13 +93,14 @@ def _tree(given: str, kind: str, d: Path, scratch: Path) -> Artifact:
         packages, meta_dirs = _packages_in(root, tops), [root, d]
         inner = root.relative_to(d).as_posix()
         shown = str(root) if kind == "directory" else f"{given}!" + ("" if inner == "." else f"/{inner}")
-    versions = {canonical_name(tops[p]): _version(p, tops[p], root, meta_dirs) for p in packages}
+    versions = {canonical_name(tops[p]): _artifact_version(p, tops[p], root, meta_dirs) for p in packages}
     distribution = next((d for d, v in versions.items() if v != UNKNOWN), next(iter(versions)))
     return Artifact(given, kind, root, shown, packages, distribution, versions[distribution], versions)
 
 
-def _version(package: str, distribution: str, root: Path, meta_dirs: list[Path]) -> str:
-    """``distribution``'s version from its metadata (PKG-INFO, METADATA) or version file, else "unknown"."""
+def _artifact_version(package: str, distribution: str, root: Path, meta_dirs: list[Path]) -> str:
+    """The version of ``distribution`` in an artifact (not the installed one): from its metadata (PKG-INFO,
+    METADATA) or version file, else "unknown"."""
     meta = _metadata_in(meta_dirs, {canonical_name(distribution)})
     if meta is not None:
         return meta[1]
@@ -214,18 +216,19 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
         reg = registry()
         lookup = Lookup(tuple(a.root for a in artifacts), {d: v for a in artifacts for d, v in a.versions.items()})
         environ = {gate.env: "1" for gate in reg.gates}
+        statuses = predict_all(reg.records, environ, lookup=lookup).statuses
+        patches = [status.as_dict() for status in statuses]
         with looking_in(lookup):
-            patches = [predict(r, frozenset(), environ).as_dict() for r in reg.records]
             copies = _foreign_copies(reg.records)
         names = {str(a.root): a.shown for a in artifacts}
         for row in [*patches, *copies]:
             for key in ("detail", "where") & row.keys():
                 row[key] = _shown(row[key], names)
-        for row, record in zip(patches, reg.records, strict=True):
+        for row, status, record in zip(patches, statuses, reg.records, strict=True):
             row["distribution"] = record.distribution
-            if row["status"] == Status.NOT_INSTALLED.value:
+            if status.status is Status.NOT_INSTALLED:
                 row["detail"] = f"no {record.distribution} among the vetted artifacts"
-    refused = any(p["status"] == Status.REFUSED.value for p in patches)
+    refused = any(s.status is Status.REFUSED for s in statuses)
     code = 1 if refused else 0
     report = {
         "artifacts": [{"path": a.path, "kind": a.kind, "distribution": a.distribution, "version": a.version,
@@ -258,7 +261,7 @@ def format_report(report: dict[str, Any]) -> str:
         out.append(_table([[p["id"], p["status"], p["target"]] for p in report["patches"]],
                           ["id", "status", "target"]))
         for p in report["patches"]:
-            if p["status"] == Status.REFUSED.value:
+            if p["status"] in NEEDS_ATTENTION:
                 out.append(f"  {p['id']}: {p['detail']}")
         out += ["", "Foreign copies of these fixes found in the artifacts"]
         if report["foreign_copies"]:

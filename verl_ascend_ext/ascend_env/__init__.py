@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..findings import INFO, WARN, Finding
 from .duplicates import describe, duplicate_installs
 from .infofile import is_unknown
 from .stack import SYSROOT_ENV, cann_info, driver_info, env_values, firmware_info, nnal_info, npu_smi
@@ -27,29 +28,28 @@ def ascend_report(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def ascend_findings(ascend: Mapping[str, Any], torch_npu_version: str | None,
-                    environ: Mapping[str, str]) -> list[dict[str, str]]:
+                    environ: Mapping[str, str]) -> list[Finding]:
     findings = []
     for key in COMPONENTS:
         part = ascend[key]
         if part is not None and is_unknown(part["version"]):
-            findings.append({"name": LABELS[key], "status": "warn", "detail": f"version {part['version']}"})
+            findings.append(Finding.check(LABELS[key], WARN, f"version {part['version']}"))
     cann = ascend["cann"]
     if cann is not None and cann.get("note"):
-        findings.append({"name": "CANN toolkit", "status": "warn", "detail": cann["note"]})
+        findings.append(Finding.check("CANN toolkit", WARN, cann["note"]))
     compat = compatibility(torch_npu_version, cann["version"] if cann else None)
     if compat is not None:
         findings.append(compat)
     if environ.get(SYSROOT_ENV):
-        findings.append({"name": "ascend sysroot", "status": "info",
-                         "detail": f"{SYSROOT_ENV}={environ[SYSROOT_ENV]} stands in for / (tests only)"})
+        findings.append(Finding.check("ascend sysroot", INFO,
+                                      f"{SYSROOT_ENV}={environ[SYSROOT_ENV]} stands in for / (tests only)"))
     return findings
 
 
-def duplicate_findings(names: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def duplicate_findings(names: Iterable[str]) -> tuple[list[dict[str, Any]], list[Finding]]:
     """(duplicates as data, one ``warn`` check per duplicated distribution)."""
     dups = duplicate_installs(names)
-    return dups, [{"name": f"duplicate install {d['distribution']}", "status": "warn", "detail": describe(d)}
-                  for d in dups]
+    return dups, [Finding.check(f"duplicate install {d['distribution']}", WARN, describe(d)) for d in dups]
 
 
 def format_section(ascend: Mapping[str, Any]) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
+from ..findings import INFO, OK, WARN, Finding
+
 SOURCE = "Ascend/pytorch COMPATIBILITY.en.md (TorchNPU version mapping table) @ 9e73e708ab93"
 
 # (torch_npu package version, CANN version, torch_npu branch)
@@ -70,7 +72,7 @@ def cann_for(torch_npu_version: str) -> tuple[str, str] | None:
     return None
 
 
-def compatibility(torch_npu_version: str | None, cann_version: str | None) -> dict[str, str] | None:
+def compatibility(torch_npu_version: str | None, cann_version: str | None) -> Finding | None:
     """Doctor finding ``torch_npu/CANN``: does the installed CANN match the one torch_npu's table names?
 
     None when torch_npu is not installed (nothing to match). ``cann_version`` is the toolkit version read
@@ -81,21 +83,19 @@ def compatibility(torch_npu_version: str | None, cann_version: str | None) -> di
     name = "torch_npu/CANN"
     row = cann_for(torch_npu_version)
     if row is None:
-        return {"name": name, "status": "info",
-                "detail": f"torch_npu {torch_npu_version} is not in the matching table ({SOURCE}); "
-                "cannot tell which CANN it needs"}
+        return Finding.check(name, INFO, f"torch_npu {torch_npu_version} is not in the matching table ({SOURCE}); "
+                             "cannot tell which CANN it needs")
     expected, branch = row
     if cann_version is None:
-        return {"name": name, "status": "warn",
-                "detail": f"torch_npu {torch_npu_version} needs CANN {expected} ({SOURCE}), but no CANN toolkit was "
-                "found: source CANN's set_env.sh (it exports ASCEND_TOOLKIT_HOME / ASCEND_HOME_PATH)"}
+        return Finding.check(name, WARN, f"torch_npu {torch_npu_version} needs CANN {expected} ({SOURCE}), but no "
+                             "CANN toolkit was found: source CANN's set_env.sh (it exports ASCEND_TOOLKIT_HOME / "
+                             "ASCEND_HOME_PATH)")
     if cann_version.startswith("unknown ("):
-        return {"name": name, "status": "warn",
-                "detail": f"torch_npu {torch_npu_version} needs CANN {expected}; the toolkit's version is "
-                f"{cann_version}"}
+        return Finding.check(name, WARN, f"torch_npu {torch_npu_version} needs CANN {expected}; the toolkit's version "
+                             f"is {cann_version}")
     if same_cann(cann_version, expected):
-        return {"name": name, "status": "ok",
-                "detail": f"CANN {cann_version} is the one torch_npu {torch_npu_version} ({branch}) is built for"}
-    return {"name": name, "status": "warn",
-            "detail": f"torch_npu {torch_npu_version} ({branch}) is built for CANN {expected}, this toolkit is CANN "
-            f"{cann_version} ({SOURCE}): install CANN {expected} or the torch_npu release made for CANN {cann_version}"}
+        return Finding.check(name, OK, f"CANN {cann_version} is the one torch_npu {torch_npu_version} ({branch}) is "
+                             "built for")
+    return Finding.check(name, WARN, f"torch_npu {torch_npu_version} ({branch}) is built for CANN {expected}, this "
+                         f"toolkit is CANN {cann_version} ({SOURCE}): install CANN {expected} or the torch_npu release "
+                         f"made for CANN {cann_version}")

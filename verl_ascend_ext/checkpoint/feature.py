@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
 from ..patching.gates import GateValueError
+
+if TYPE_CHECKING:
+    from ..findings import Finding
 
 GATE = Gate(
     "VERL_ASCEND_EXT_CHECKPOINT_FIXES",
@@ -73,12 +77,12 @@ CONFIG_WHOLE = PatchRecord(
 
 
 def _validate_mode(_module: ModuleType) -> None:
-    from ..patching.record import Status
+    from ..patching.record import OFF
     from ..patching.status import current
     from .mode import export_check_mode
 
     decided = current(EXPORT_CHECK.id)
-    if decided is not None and decided.status in (Status.GATE_OFF, Status.DISABLED):
+    if decided is not None and decided.status in OFF:
         return  # the check is off in this process: its mode does not matter
     export_check_mode()  # a bad value stops the worker at start-up, not after hours of training at the first save
 
@@ -98,31 +102,31 @@ def verl_ascend_ext_import_hooks() -> list[tuple[str, object]]:
     return [(MANAGER, _validate_mode)]
 
 
-def _strict_finding() -> dict[str, str]:
+def _strict_finding() -> Finding:
+    from ..findings import OK, WARN, Finding
     from ..patching.source import definition_in_file, find_module_file
 
     path = find_module_file("verl.trainer.config.config")
     definition = definition_in_file(path, "CheckpointConfig") if path else None
     if definition is None:
-        return {"name": "checkpoint.strict", "status": "warn",
-                "detail": "verl.trainer.config.config:CheckpointConfig not found; cannot tell whether verl has it"}
+        return Finding.check("checkpoint.strict", WARN, "verl.trainer.config.config:CheckpointConfig not found; "
+                             "cannot tell whether verl has it")
     found = re.search(r"^\s*strict: bool = (\w+)", definition.text, re.M)
     if not found:
-        return {"name": "checkpoint.strict", "status": "warn",
-                "detail": f"CheckpointConfig at {definition.where} has no 'strict' field"}
-    return {"name": "checkpoint.strict", "status": "ok",
-            "detail": f"verl's own option (CheckpointConfig.strict, default {found.group(1)}, {definition.where}); "
-            "passed to bridge.save_hf_weights unchanged"}
+        return Finding.check("checkpoint.strict", WARN, f"CheckpointConfig at {definition.where} has no 'strict' field")
+    return Finding.check("checkpoint.strict", OK, f"verl's own option (CheckpointConfig.strict, default "
+                         f"{found.group(1)}, {definition.where}); passed to bridge.save_hf_weights unchanged")
 
 
 @hookimpl
-def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[dict[str, str]]:
+def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
+    from ..findings import ERROR, INFO, OK, Finding
     from .mode import MODE_ENV, export_check_mode
 
     try:
         mode = export_check_mode(environ)
-        mode_finding = {"name": "export check", "status": "ok" if mode != "off" else "info",
-                        "detail": f"{MODE_ENV}={mode}" + (" (default)" if MODE_ENV not in environ else "")}
+        mode_finding = Finding.check("export check", OK if mode != "off" else INFO,
+                                     f"{MODE_ENV}={mode}" + (" (default)" if MODE_ENV not in environ else ""))
     except GateValueError as err:
-        mode_finding = {"name": "export check", "status": "error", "detail": str(err)}
+        mode_finding = Finding.check("export check", ERROR, str(err))
     return [_strict_finding(), mode_finding]

@@ -190,11 +190,14 @@ def problems(answer: dict[str, Any]) -> list[str]:
         return [answer["error"]]
     if not answer["installed"]:
         return [f"verl-ascend-ext is not importable ({answer['import_error']}): install it on this node"]
+    from ..findings import ERROR
+    from ..patching.record import NEEDS_ATTENTION
+
     report = answer["report"]
     found = list(report["plugin"]["problems"]) + list(report["errors"])
     found += [f"patch {p['id']} {p['status']}: {p['detail']}" for p in report["patches"]
-              if p["status"] in ("refused", "unknown")]
-    found += [f"check {f['name']}: {f['detail']}" for f in report["findings"] if f.get("status") == "error"]
+              if p["status"] in NEEDS_ATTENTION]
+    found += [f"check {f['name']}: {f['detail']}" for f in report["findings"] if f.get("status") == ERROR]
     return found
 
 

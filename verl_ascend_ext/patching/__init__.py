@@ -21,6 +21,10 @@ def __getattr__(name: str) -> Any:
         from . import engine
 
         return getattr(engine, name)
+    if name == "predict_all":
+        from .prediction import predict_all
+
+        return predict_all
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -37,6 +41,7 @@ __all__ = [
     "parse_bool",
     "parse_bool_env",
     "predict",
+    "predict_all",
     "statuses",
     "unpatch",
 ]

@@ -21,7 +21,7 @@ from ..patching.engine import installed_version
 from ..patching.source import definition_in_file, find_module_file
 from . import get_recipe
 from .cann import cann_findings
-from .findings import ERROR, NOT_CHECKED, OK, WARN, Finding
+from .findings import ERROR, NOT_CHECKED, OK, WARN, Finding, Severity
 from .manifest import Manifest, check_manifest, load_manifest
 
 R2_MODULE = "verl.utils.megatron.router_replay_utils"
@@ -131,18 +131,18 @@ def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) 
 
 
 def _expected_patch_findings(manifest: Manifest, environ: Mapping[str, str]) -> list[Finding]:
-    """Patches the recipe relies on must not be predicted off (kill switch, gate) or refused."""
+    """Patches the recipe relies on must be predicted on (not off by kill switch or gate, refused or undecided)."""
     if not manifest.expects_patches:
         return []
     from ..features import registry
-    from ..patching.engine import predict
-    from ..patching.gates import GateValueError, disabled_patch_ids
+    from ..patching.gates import DISABLE_ENV
+    from ..patching.prediction import predict_all
+    from ..patching.record import NEEDS_ATTENTION, OFF
 
     reg = registry()
-    try:
-        disabled = disabled_patch_ids((r.id for r in reg.records), environ)
-    except GateValueError as err:
-        return [Finding("gates", "VERL_ASCEND_EXT_DISABLE", ERROR, str(err))]
+    predictions = predict_all(reg.records, environ)
+    if predictions.disable_error:
+        return [Finding("gates", DISABLE_ENV, ERROR, predictions.disable_error)]
     findings = []
     known = {r.id for r in reg.records}
     for patch_id in manifest.expects_patches:
@@ -150,13 +150,12 @@ def _expected_patch_findings(manifest: Manifest, environ: Mapping[str, str]) -> 
             findings.append(Finding("gates", patch_id, WARN, "the recipe relies on this patch, but no installed "
                                     "verl-ascend-ext feature declares it"))
             continue
-        status = predict(reg.record(patch_id), disabled, environ)
-        if status.status.value in ("disabled", "gate-off", "refused"):
+        status = predictions.of(patch_id)
+        if status.status in OFF | NEEDS_ATTENTION:
             findings.append(Finding("gates", patch_id, ERROR, f"the recipe relies on patch {patch_id}, predicted "
-                                    f"{status.status.value}: {status.detail}"))
+                                    f"{status.status}: {status.detail}"))
         else:
-            findings.append(Finding("gates", patch_id, OK,
-                                    f"predicted {status.status.value} (the recipe relies on it)"))
+            findings.append(Finding("gates", patch_id, OK, f"predicted {status.status} (the recipe relies on it)"))
     return findings
 
 
@@ -247,8 +246,8 @@ def format_report(report: dict[str, Any]) -> str:
         out.append(f"  {f['status'].upper():<16} {f['subject']}: {f['detail']}")
         if f["override"]:
             out.append(f"  {'':<16} caused by {f['source']} override: {f['override']}")
-    blocking = sum(1 for f in report["findings"] if f["status"] == ERROR)
-    warned = sum(1 for f in report["findings"] if f["status"] == WARN)
+    blocking = sum(1 for f in report["findings"] if Severity(f["status"]) is ERROR)
+    warned = sum(1 for f in report["findings"] if Severity(f["status"]) is WARN)
     out += ["", f"{blocking} blocking problem(s), {warned} warning(s): "
             + ("DO NOT LAUNCH (exit 1)" if report["exit_code"] else "OK")]
     return "\n".join(out)
