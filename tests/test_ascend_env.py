@@ -205,13 +205,14 @@ def test_compatibility_from_the_matching_table() -> None:
     assert cann_for("2.4.0")[0] == "8.0.RC3"
     assert cann_for("2.10.0") is None and cann_for("not a version") is None
     assert compatibility(None, "9.1.0") is None
-    assert compatibility("2.10.0.post4", "9.1.0")["status"] == "ok"
-    assert compatibility("2.4.0", "8.0.rc3")["status"] == "ok"  # RC spelled in either case
+    assert compatibility("2.10.0.post4", "9.1.0").status == "ok"
+    assert compatibility("2.4.0", "8.0.rc3").status == "ok"  # RC spelled in either case
     wrong = compatibility("2.10.0.post4", "8.5.0")
-    assert wrong["status"] == "warn" and "built for CANN 9.1.0" in wrong["detail"] and "8.5.0" in wrong["detail"]
-    assert compatibility("2.10.0.post4", None)["status"] == "warn"
-    assert "unknown (" in compatibility("2.10.0.post4", "unknown (x)")["detail"]
-    assert compatibility("2.10.1", "9.1.0")["status"] == "info"
+    assert wrong.name == "torch_npu/CANN"
+    assert wrong.status == "warn" and "built for CANN 9.1.0" in wrong.detail and "8.5.0" in wrong.detail
+    assert compatibility("2.10.0.post4", None).status == "warn"
+    assert "unknown (" in compatibility("2.10.0.post4", "unknown (x)").detail
+    assert compatibility("2.10.1", "9.1.0").status == "info"
     assert len({row[0] for row in TABLE}) == len(TABLE)  # one CANN per torch_npu release
 
 

@@ -142,11 +142,11 @@ def test_bad_mode_is_an_error_naming_the_variable() -> None:
 def test_doctor_reports_strict_and_mode() -> None:
     from verl_ascend_ext.checkpoint.feature import verl_ascend_ext_doctor_findings
 
-    findings = {f["name"]: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "x"})}
-    assert findings["checkpoint.strict"]["status"] == "ok" and "default True" in findings["checkpoint.strict"]["detail"]
-    assert findings["export check"]["status"] == "error"
-    ok = {f["name"]: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "warn"})}
-    assert ok["export check"]["detail"] == "VERL_ASCEND_EXT_EXPORT_CHECK=warn"
+    findings = {f.name: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "x"})}
+    assert findings["checkpoint.strict"].status == "ok" and "default True" in findings["checkpoint.strict"].detail
+    assert findings["export check"].status == "error" and findings["export check"].blocking
+    ok = {f.name: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "warn"})}
+    assert ok["export check"].detail == "VERL_ASCEND_EXT_EXPORT_CHECK=warn"
 
 @pytest.mark.anyverl
 def test_round_trip_keeps_every_field(with_plugin: dict) -> None:
