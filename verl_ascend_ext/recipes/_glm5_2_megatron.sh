@@ -73,15 +73,10 @@ glm5_2_megatron_overrides() {
         "+$tc.pipeline_model_parallel_layout=\"$PP_LAYOUT\""
     )
 
+    # The reference model's Megatron layout, offload, dynamic batch size and token limit follow the
+    # actor's in verl's own ref config.
     GLM5_2_REF=(
         actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1
-        actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False
-        actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$MAX_MODEL_LEN"
-        actor_rollout_ref.ref.megatron.pipeline_model_parallel_size="$PP"
-        actor_rollout_ref.ref.megatron.tensor_model_parallel_size="$TP"
-        actor_rollout_ref.ref.megatron.expert_model_parallel_size="$EP"
-        actor_rollout_ref.ref.megatron.expert_tensor_parallel_size="$ETP"
-        actor_rollout_ref.ref.megatron.param_offload=True
         actor_rollout_ref.ref.megatron.use_dist_checkpointing=False
     )
 

@@ -147,16 +147,10 @@ ROLLOUT=(
     actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN"
 )
 
+# The reference model's Megatron layout, offload, dynamic batch size and token limit follow the actor's
+# in verl's own ref config.
 REF=(
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1
-    actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False
-    actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN"
-    actor_rollout_ref.ref.megatron.tensor_model_parallel_size="$TP"
-    actor_rollout_ref.ref.megatron.pipeline_model_parallel_size="$PP"
-    actor_rollout_ref.ref.megatron.context_parallel_size="$CP"
-    actor_rollout_ref.ref.megatron.expert_model_parallel_size="$EP"
-    actor_rollout_ref.ref.megatron.expert_tensor_parallel_size="$ETP"
-    actor_rollout_ref.ref.megatron.param_offload=True
 )
 
 TRAINER=(
