@@ -80,7 +80,8 @@ glm5_2_megatron_overrides() {
         actor_rollout_ref.ref.megatron.use_dist_checkpointing=False
     )
 
-    # The ROLLOUT overrides but its memory share (gpu_memory_utilization) and mode.
+    # The ROLLOUT overrides but its memory share (gpu_memory_utilization) and mode. Its log-prob dynamic
+    # batch size and token limit follow the actor's in verl's own rollout config.
     GLM5_2_ROLLOUT=(
         actor_rollout_ref.rollout.name=vllm
         actor_rollout_ref.rollout.n="$N_RESPONSES"
@@ -97,8 +98,6 @@ glm5_2_megatron_overrides() {
         actor_rollout_ref.rollout.enforce_eager=False
         actor_rollout_ref.rollout.calculate_log_probs=True
         actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
-        actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False
-        actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$MAX_MODEL_LEN"
         actor_rollout_ref.rollout.enable_rollout_routing_replay=True
         ++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_cpu_binding=True
         +actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_mode=FULL_DECODE_ONLY

@@ -134,6 +134,7 @@ ACTOR=(
     "+$TC.moe_grouped_gemm=True"
 )
 
+# The log-prob dynamic batch size and token limit follow the actor's in verl's own rollout config.
 ROLLOUT=(
     actor_rollout_ref.rollout.name=vllm
     actor_rollout_ref.rollout.tensor_model_parallel_size="$GEN_TP"
@@ -143,8 +144,6 @@ ROLLOUT=(
     actor_rollout_ref.rollout.dtype=bfloat16
     actor_rollout_ref.rollout.calculate_log_probs=True
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
-    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False
-    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN"
 )
 
 # The reference model's Megatron layout, offload, dynamic batch size and token limit follow the actor's
