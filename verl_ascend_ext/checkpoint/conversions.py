@@ -1,6 +1,6 @@
 """Declared dtype conversions: a model family whose export may store a tensor in another dtype than its reference.
 
-Declared like the omissions (``omissions.py``): keyed by Hugging Face ``model_type`` or architecture,
+Declared like the omissions (``omissions.py``): keyed by model family (``model_type`` or architecture),
 decided from the reference's own ``config.json``, never by a list of tensor names. Shapes must always
 match; only the dtype may differ, and only as declared.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .omissions import fp8_block_quantised, in_family
+from .omissions import GLM5, Family, fp8_block_quantised
 
 FP8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 
@@ -20,9 +20,7 @@ FP8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 class Conversion:
     """One family's declared conversion: ``allows(name, reference_dtype, export_dtype, config)``."""
 
-    family: str
-    model_types: tuple[str, ...]
-    architectures: tuple[str, ...]
+    family: Family
     description: str
     allows: Callable[[str, str, str, Mapping[str, Any]], bool]
 
@@ -34,9 +32,7 @@ def fp8_to_bf16(name: str, reference_dtype: str, export_dtype: str, config: Mapp
 
 CONVERSIONS: tuple[Conversion, ...] = (
     Conversion(
-        family="GLM-5.x",
-        model_types=("glm_moe_dsa",),
-        architectures=("GlmMoeDsaForCausalLM",),
+        family=GLM5,
         description="FP8 -> BF16: a block-FP8 reference (quantization_config.quant_method 'fp8') exported "
         "dequantised in BF16 (training runs in BF16)",
         allows=fp8_to_bf16,
@@ -46,4 +42,4 @@ CONVERSIONS: tuple[Conversion, ...] = (
 
 def conversions_for(config: Mapping[str, Any]) -> list[Conversion]:
     """The dtype conversions declared for the model described by a Hugging Face ``config.json``."""
-    return [c for c in CONVERSIONS if in_family(config, c.model_types, c.architectures)]
+    return [c for c in CONVERSIONS if c.family.describes(config)]

@@ -13,6 +13,14 @@
 # Launch on the Ray head node of a running 32-node cluster (see README.md):
 #   MODEL_PATH=/models/GLM-5.2 TRAIN_FILE=/data/dapo-math-17k.parquet bash run.sh [extra Hydra overrides...]
 set -euo pipefail
+# Shared by the recipes: the launch steps (../_launch.sh) and GLM-5.2's overrides (../_glm5_2_megatron.sh).
+HERE=$(dirname "${BASH_SOURCE[0]}")
+[ -f "$HERE/../_launch.sh" ] || { echo "error: $0 sources ../_launch.sh and finds none in $HERE/..: keep an" \
+    "edited run.sh in a folder beside the shipped recipes (verl-ascend recipe show prints them)." >&2; exit 2; }
+# shellcheck source=SCRIPTDIR/../_launch.sh
+source "$HERE/../_launch.sh"
+# shellcheck source=SCRIPTDIR/../_glm5_2_megatron.sh
+source "$HERE/../_glm5_2_megatron.sh"
 
 RECIPE=glm5_2_megatron_fully_async
 SCRIPT_PATH="${BASH_SOURCE[0]}"
@@ -21,9 +29,7 @@ SCRIPT_PATH="${BASH_SOURCE[0]}"
 # it includes the guard against scheduling after a weights-only wake-up that async training needs.
 export VERL_VLLM_ASCEND_GLM52_PATCH=1
 
-# ---- paths and sizes (environment variables, with defaults) ----
-PYTHON=${PYTHON:-python3}
-VERL_ASCEND=${VERL_ASCEND:-verl-ascend}
+# ---- paths and sizes (environment variables, with defaults; PYTHON, VERL_ASCEND: ../_launch.sh) ----
 MODEL_PATH=${MODEL_PATH:-$HOME/models/GLM-5.2}
 SAVE_FREQ=${SAVE_FREQ:--1}
 TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k/train.parquet}
@@ -82,8 +88,6 @@ ROLLOUT_IS_BATCH_NORMALIZE=${ROLLOUT_IS_BATCH_NORMALIZE:-False}
 ROLLOUT_RS=${ROLLOUT_RS:-seq_mean_k1}
 ROLLOUT_RS_THRESHOLD=${ROLLOUT_RS_THRESHOLD:-0.98_1.02}
 
-TC=actor_rollout_ref.actor.megatron.override_transformer_config
-
 ENTRY=verl.experimental.fully_async_policy.fully_async_main
 CONFIG_NAME=fully_async_ppo_megatron_trainer
 # The fully-async config finds verl's trainer config through a search path relative to the working
@@ -99,7 +103,9 @@ print(os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config"
 fi
 
 # ---- Hydra overrides ----
-# Read by `verl-ascend recipe check` too (VERL_ASCEND_RECIPE_EMIT=overrides): this is the one copy.
+# Read by `verl-ascend recipe check` too (VERL_ASCEND_RECIPE_EMIT=overrides): this is the one copy,
+# with the GLM5_2_* arrays shared with the other GLM-5.2 recipe (../_glm5_2_megatron.sh).
+glm5_2_megatron_overrides
 HYDRA=(
     "hydra.searchpath=[file://$VERL_TRAINER_CONFIG]"
 )
@@ -163,111 +169,19 @@ ACTOR=(
     actor_rollout_ref.actor.clip_ratio_low="$CLIP_RATIO_LOW"
     actor_rollout_ref.actor.clip_ratio_high="$CLIP_RATIO_HIGH"
     actor_rollout_ref.actor.clip_ratio_c=10.0
-    # GLM-5.2's MTP layers are not trained here and are omitted from the exported HF weights, so a
-    # strict export check would fail on them. strict=False alone would hide any other missing
-    # weight: verl-ascend-ext's export check (VERL_ASCEND_EXT_EXPORT_CHECK, checkpoint feature)
-    # tolerates only the weights the model is known to omit.
-    actor_rollout_ref.actor.checkpoint.strict=False
-    actor_rollout_ref.actor.megatron.use_mbridge=True
-    actor_rollout_ref.actor.megatron.vanilla_mbridge=False
-    actor_rollout_ref.actor.megatron.use_remove_padding=False
-    actor_rollout_ref.actor.megatron.pad_bshd_to_minibatch_max=False
-    actor_rollout_ref.actor.megatron.use_dist_checkpointing=False
-    actor_rollout_ref.actor.megatron.pipeline_model_parallel_size="$PP"
-    actor_rollout_ref.actor.megatron.tensor_model_parallel_size="$TP"
-    actor_rollout_ref.actor.megatron.expert_model_parallel_size="$EP"
-    actor_rollout_ref.actor.megatron.expert_tensor_parallel_size="$ETP"
-    actor_rollout_ref.actor.megatron.context_parallel_size="$CP"
-    # Parameter and optimizer offload.
-    actor_rollout_ref.actor.megatron.param_offload=True
-    actor_rollout_ref.actor.megatron.optimizer_offload=True
-    +actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=1
-    +actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer=True
-    +actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True
-    # Routing replay R3: the rollout records expert routes, training replays them.
-    actor_rollout_ref.actor.megatron.router_replay.mode=R3
-)
-
-# Megatron / MindSpeed TransformerConfig fields (free-form in verl's config).
-TRANSFORMER=(
-    "$TC.attention_backend=fused"
-    "+$TC.use_flash_attn=True"
-    "+$TC.use_distributed_optimizer=True"
-    "+$TC.sequence_parallel=True"
-    "+$TC.gradient_accumulation_fusion=False"
-    "+$TC.masked_softmax_fusion=False"
-    "+$TC.bias_dropout_fusion=False"
-    "+$TC.attention_softmax_in_fp32=True"
-    "+$TC.recompute_method=uniform"
-    "+$TC.recompute_granularity=full"
-    "+$TC.recompute_num_layers=1"
-    # Fused RMSNorm and SwiGLU.
-    "+$TC.normalization=RMSNorm"
-    "+$TC.use_fused_rmsnorm=True"
-    "+$TC.swiglu=True"
-    "+$TC.use_fused_swiglu=True"
-    # DeepSeek sparse attention (dsa) variant with its fused lightning indexer.
-    "+$TC.experimental_attention_variant=dsa"
-    "+$TC.dsa_grouped_recompute=True"
-    "+$TC.use_dsa_absorb=True"
-    "+$TC.dsa_indexer_use_sparse_loss=True"
-    "+$TC.dsa_indexer_loss_coeff=0"
-    "+$TC.use_fused_lightning_indexer=True"
-    "+$TC.use_fused_sparse_flash_attention=True"
-    "+$TC.use_fused_lightning_indexer_kl_loss=True"
-    "+$TC.moe_router_enable_expert_bias=True"
-    "+$TC.moe_router_dtype=fp32"
-    "+$TC.moe_shared_expert_overlap=False"
-    # Context parallel 4 with the KV all-gather algorithm.
-    "+$TC.context_parallel_size=$CP"
-    "+$TC.context_parallel_algo=kvallgather_cp_algo"
-    "+$TC.reset_position_ids=False"
-    "+$TC.use_ascend_mc2=False"
-    "+$TC.pipeline_model_parallel_layout=\"$PP_LAYOUT\""
-)
-
-REF=(
-    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1
-    actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False
-    actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$MAX_MODEL_LEN"
-    actor_rollout_ref.ref.megatron.pipeline_model_parallel_size="$PP"
-    actor_rollout_ref.ref.megatron.tensor_model_parallel_size="$TP"
-    actor_rollout_ref.ref.megatron.expert_model_parallel_size="$EP"
-    actor_rollout_ref.ref.megatron.expert_tensor_parallel_size="$ETP"
-    actor_rollout_ref.ref.megatron.param_offload=True
-    actor_rollout_ref.ref.megatron.use_dist_checkpointing=False
+    "${GLM5_2_ACTOR[@]}"
 )
 
 ROLLOUT=(
-    actor_rollout_ref.rollout.name=vllm
+    "${GLM5_2_ROLLOUT[@]}"
     actor_rollout_ref.rollout.mode=async
-    actor_rollout_ref.rollout.n="$N_RESPONSES"
-    actor_rollout_ref.rollout.temperature=1.0
-    actor_rollout_ref.rollout.top_p=1.0
-    actor_rollout_ref.rollout.top_k=-1
-    actor_rollout_ref.rollout.tensor_model_parallel_size="$INFER_TP"
-    actor_rollout_ref.rollout.data_parallel_size="$INFER_DP"
-    actor_rollout_ref.rollout.expert_parallel_size="$INFER_EP"
     actor_rollout_ref.rollout.gpu_memory_utilization=0.7
-    actor_rollout_ref.rollout.load_format=dummy
-    actor_rollout_ref.rollout.max_num_seqs=64
-    actor_rollout_ref.rollout.max_model_len="$MAX_MODEL_LEN"
-    actor_rollout_ref.rollout.max_num_batched_tokens=4096
-    actor_rollout_ref.rollout.enforce_eager=False
-    actor_rollout_ref.rollout.calculate_log_probs=True
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
-    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False
-    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$MAX_MODEL_LEN"
-    actor_rollout_ref.rollout.enable_rollout_routing_replay=True
     # Weights go from the training pool to the rollout pool through the checkpoint engine.
     actor_rollout_ref.rollout.checkpoint_engine.backend=nccl
     actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1824
     # One MTP layer in the vLLM model (dummy-loaded, then synced), weights loaded lazily.
     ++actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides.num_nextn_predict_layers=1
     +actor_rollout_ref.rollout.engine_kwargs.vllm.safetensors_load_strategy=lazy
-    ++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_cpu_binding=True
-    +actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_mode=FULL_DECODE_ONLY
-    "+actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes=[2,4,8,16,24,32,64]"
 )
 
 ASYNC=(
@@ -300,46 +214,16 @@ TRAINER=(
 )
 
 OVERRIDES=("${HYDRA[@]}" "${RAY[@]}" "${DATA[@]}" "${MODEL[@]}" "${ALGORITHM[@]}" "${ACTOR[@]}"
-           "${TRANSFORMER[@]}" "${REF[@]}" "${ROLLOUT[@]}" "${ASYNC[@]}" "${TRAINER[@]}")
+           "${GLM5_2_TRANSFORMER[@]}" "${GLM5_2_REF[@]}" "${ROLLOUT[@]}" "${ASYNC[@]}" "${TRAINER[@]}")
 
-if [ "${VERL_ASCEND_RECIPE_EMIT:-}" = overrides ]; then
-    # "<entry module>:<config name>": the checker composes against the entry's config directory.
-    printf '%s\0' "$ENTRY:$CONFIG_NAME" "${OVERRIDES[@]}"
-    exit 0
-fi
+recipe_emit_overrides
 
-# ---- device check: Ascend NPUs only ----
-case "${VERL_ASCEND_RECIPE_DEVICE_CHECK:-1}" in
-    1 | true | yes | on) DEVICE_CHECK=1 ;;
-    0 | false | no | off) DEVICE_CHECK=0 ;;
-    *)
-        echo "error: VERL_ASCEND_RECIPE_DEVICE_CHECK='${VERL_ASCEND_RECIPE_DEVICE_CHECK}' is not 1 or 0." >&2
-        exit 2
-        ;;
-esac
+# ---- device check (Ascend NPUs only), preflight against the installed verl and manifest.toml, launch ----
 CHECK_ARGS=(--script "$SCRIPT_PATH")
-if [ "$DEVICE_CHECK" = 1 ]; then
-    if ! "$PYTHON" -c 'import sys, torch, torch_npu; sys.exit(0 if torch.npu.device_count() > 0 else 1)' \
-        >/dev/null 2>&1; then
-        echo "error: $RECIPE is for Ascend NPUs only, and no NPU is available on $(hostname)" \
-            "(torch_npu cannot be imported with '$PYTHON' or it sees no device)." >&2
-        echo "       Run it on an Ascend training node. To only dry-run it here, set" \
-            "VERL_ASCEND_RECIPE_DEVICE_CHECK=0 DRY_RUN=1." >&2
-        exit 3
-    fi
+if recipe_device_check_on; then
+    recipe_require_npu
 else
     CHECK_ARGS+=(--no-device)
 fi
-
-# ---- preflight: config and node layout against the installed verl, packages against manifest.toml ----
-"$VERL_ASCEND" recipe check "$RECIPE" "${CHECK_ARGS[@]}" -- "$@" >&2
-
-# `env` carries what this script exports, so the command printed by DRY_RUN=1 is the whole launch.
-CMD=(env "VERL_VLLM_ASCEND_GLM52_PATCH=$VERL_VLLM_ASCEND_GLM52_PATCH"
-    "$PYTHON" -m "$ENTRY" --config-name="$CONFIG_NAME" "${OVERRIDES[@]}" "$@")
-if [ "${DRY_RUN:-0}" = 1 ]; then
-    printf '%q ' "${CMD[@]}"
-    printf '\n'
-    exit 0
-fi
-exec "${CMD[@]}"
+LAUNCH_ENV=("VERL_VLLM_ASCEND_GLM52_PATCH=$VERL_VLLM_ASCEND_GLM52_PATCH")
+recipe_launch "$@"

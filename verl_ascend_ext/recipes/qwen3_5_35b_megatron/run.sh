@@ -11,12 +11,15 @@
 #
 #   MODEL_PATH=/models/Qwen3.5-35B-A3B TRAIN_FILE=... VAL_FILE=... bash run.sh [extra Hydra overrides...]
 set -euo pipefail
+# The launch steps the recipes share (../_launch.sh; PYTHON and VERL_ASCEND default there too).
+HERE=$(dirname "${BASH_SOURCE[0]}")
+[ -f "$HERE/../_launch.sh" ] || { echo "error: $0 sources ../_launch.sh and finds none in $HERE/..: keep an" \
+    "edited run.sh in a folder beside the shipped recipes (verl-ascend recipe show prints them)." >&2; exit 2; }
+# shellcheck source=SCRIPTDIR/../_launch.sh
+source "$HERE/../_launch.sh"
 
 RECIPE=qwen3_5_35b_megatron
 SCRIPT_PATH="${BASH_SOURCE[0]}"
-
-PYTHON=${PYTHON:-python3}
-VERL_ASCEND=${VERL_ASCEND:-verl-ascend}
 
 # ---- device and its parallelism defaults ----
 if [ -z "${DEVICE:-}" ]; then
@@ -131,6 +134,7 @@ ACTOR=(
     "+$TC.moe_grouped_gemm=True"
 )
 
+# The log-prob dynamic batch size and token limit follow the actor's in verl's own rollout config.
 ROLLOUT=(
     actor_rollout_ref.rollout.name=vllm
     actor_rollout_ref.rollout.tensor_model_parallel_size="$GEN_TP"
@@ -140,20 +144,12 @@ ROLLOUT=(
     actor_rollout_ref.rollout.dtype=bfloat16
     actor_rollout_ref.rollout.calculate_log_probs=True
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
-    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False
-    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN"
 )
 
+# The reference model's Megatron layout, offload, dynamic batch size and token limit follow the actor's
+# in verl's own ref config.
 REF=(
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1
-    actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False
-    actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN"
-    actor_rollout_ref.ref.megatron.tensor_model_parallel_size="$TP"
-    actor_rollout_ref.ref.megatron.pipeline_model_parallel_size="$PP"
-    actor_rollout_ref.ref.megatron.context_parallel_size="$CP"
-    actor_rollout_ref.ref.megatron.expert_model_parallel_size="$EP"
-    actor_rollout_ref.ref.megatron.expert_tensor_parallel_size="$ETP"
-    actor_rollout_ref.ref.megatron.param_offload=True
 )
 
 TRAINER=(
@@ -179,22 +175,15 @@ if [ "$DEVICE" = npu ]; then
     )
 fi
 
+ENTRY=verl.trainer.main_ppo
 CONFIG_NAME=ppo_megatron_trainer
 OVERRIDES=("${DATA[@]}" "${MODEL[@]}" "${ALGORITHM[@]}" "${ACTOR[@]}" "${ROLLOUT[@]}" "${REF[@]}" "${TRAINER[@]}")
 
-if [ "${VERL_ASCEND_RECIPE_EMIT:-}" = overrides ]; then
-    printf '%s\0' "$CONFIG_NAME" "${OVERRIDES[@]}"
-    exit 0
-fi
+recipe_emit_overrides
 
-case "${VERL_ASCEND_RECIPE_DEVICE_CHECK:-1}" in
-    1 | true | yes | on) CHECK_ARGS=(--script "$SCRIPT_PATH" --device "$DEVICE") ;;
-    0 | false | no | off) CHECK_ARGS=(--script "$SCRIPT_PATH" --device "$DEVICE" --no-device) ;;
-    *)
-        echo "error: VERL_ASCEND_RECIPE_DEVICE_CHECK='${VERL_ASCEND_RECIPE_DEVICE_CHECK}' is not 1 or 0." >&2
-        exit 2
-        ;;
-esac
+# ---- device check (by the preflight), preflight against the installed verl and manifest.toml, launch ----
+CHECK_ARGS=(--script "$SCRIPT_PATH" --device "$DEVICE")
+recipe_device_check_on || CHECK_ARGS+=(--no-device)
 # The bridge's export renames some Qwen3.5 keys (see checkpoint.strict below) and no omissions are declared
 # for Qwen3.5 yet: the export check reports (JSON beside the export, warning) instead of failing the save.
 export VERL_ASCEND_EXT_EXPORT_CHECK="${VERL_ASCEND_EXT_EXPORT_CHECK:-warn}"
@@ -203,15 +192,4 @@ if [ "$DEVICE" = npu ]; then
     export CPU_AFFINITY_CONF=1
     LAUNCH_ENV+=(CPU_AFFINITY_CONF=1)
 fi
-
-# ---- preflight: config against the installed verl, installed packages against manifest.toml ----
-"$VERL_ASCEND" recipe check "$RECIPE" "${CHECK_ARGS[@]}" -- "$@" >&2
-
-# `env` carries what this script exports, so the command printed by DRY_RUN=1 is the whole launch.
-CMD=(env "${LAUNCH_ENV[@]}" "$PYTHON" -m verl.trainer.main_ppo --config-name="$CONFIG_NAME" "${OVERRIDES[@]}" "$@")
-if [ "${DRY_RUN:-0}" = 1 ]; then
-    printf '%q ' "${CMD[@]}"
-    printf '\n'
-    exit 0
-fi
-exec "${CMD[@]}"
+recipe_launch "$@"
