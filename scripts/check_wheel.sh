@@ -57,12 +57,12 @@ if not inside_venv(dist.locate_file("")) or not any(inside_venv(p.locate()) for 
     problems.append(f"the verl-ascend-ext distribution found is not the wheel's ({dist._path})")
 
 package = Path(verl_ascend_ext.__file__).parent
-recipes = root / "verl_ascend_ext/recipes"
-shipped = ["py.typed"] + [f"recipes/{d.name}/{f}" for d in sorted(recipes.iterdir())
+recipes = root / "verl_ascend_ext/tooling/recipes"
+shipped = ["py.typed"] + [f"tooling/recipes/{d.name}/{f}" for d in sorted(recipes.iterdir())
                           if d.is_dir() and not d.name.startswith("__") for f in ("run.sh", "manifest.toml", "README.md")]
-shipped += [f"recipes/{f.name}" for f in sorted(recipes.glob("_*.sh"))]  # sourced by the run scripts
+shipped += [f"tooling/recipes/{f.name}" for f in sorted(recipes.glob("_*.sh"))]  # sourced by the run scripts
 problems += [f"{name} is not in the wheel" for name in shipped if not (package / name).is_file()]
-for script in sorted(package.glob("recipes/*/run.sh")):  # finds the files it sources in the wheel
+for script in sorted(package.glob("tooling/recipes/*/run.sh")):  # finds the files it sources in the wheel
     emitted = subprocess.run(["bash", str(script)], capture_output=True, text=True,
                              env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/"),
                                   "PYTHON": sys.executable, "VERL_ASCEND_RECIPE_EMIT": "overrides"})
@@ -85,7 +85,7 @@ for key, value in sorted(declared.items()):
         problems.append(f"entry point {key[0]}:{key[1]} = {value} does not load: {type(err).__name__}: {err}")
 problems += [f"entry point {g}:{n} is in the wheel but not declared" for g, n in sorted(set(found) - set(declared))]
 
-booted = subprocess.run([sys.executable, "-c", "import json, verl, verl_ascend_ext, verl_ascend_ext.boot as b; "
+booted = subprocess.run([sys.executable, "-c", "import json, verl, verl_ascend_ext, verl_ascend_ext.runtime.boot as b; "
                          "print(json.dumps([b.loaded_by(), verl_ascend_ext.__file__]))"], capture_output=True, text=True)
 if booted.returncode != 0:
     problems.append(f"import verl in the fresh venv failed: {booted.stderr[-2000:]}")

@@ -29,8 +29,8 @@ from ascend_trees import (
 )
 from conftest import REPO
 
-from verl_ascend_ext.ascend_env.infofile import read_info
-from verl_ascend_ext.ascend_env.torch_npu_cann import TABLE, cann_for, compatibility
+from verl_ascend_ext.tooling.ascend_env.infofile import read_info
+from verl_ascend_ext.tooling.ascend_env.torch_npu_cann import TABLE, cann_for, compatibility
 
 pytestmark = pytest.mark.anyverl
 ASCEND_KEYS = {"cann", "nnal", "driver", "firmware", "npu_smi", "env"}
@@ -43,7 +43,7 @@ def doctor_json(env: dict[str, str], pythonpath: str | None = None, cwd: Path = 
             del full[key]
     if pythonpath:
         full["PYTHONPATH"] = pythonpath
-    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "doctor", "--json"], env=full,
+    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", "--json"], env=full,
                           capture_output=True, text=True, timeout=120, cwd=cwd)
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
@@ -85,7 +85,7 @@ def test_nothing_installed_reads_null(tmp_path: Path) -> None:
 
 def test_text_report_shows_versions_and_where_they_were_read(tmp_path: Path) -> None:
     env = clean_env(**full_node(tmp_path, cann="8.5.0"))
-    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "doctor"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor"], env=env, capture_output=True,
                           text=True, timeout=120, cwd=REPO)
     assert "Ascend environment" in proc.stdout
     line = next(x for x in proc.stdout.splitlines() if x.strip().startswith("CANN toolkit:"))
@@ -197,7 +197,7 @@ def test_info_file_parser_reads_both_line_formats(tmp_path: Path) -> None:
     assert read_info(tmp_path / "missing").version("x") == f"unknown ({tmp_path / 'missing'} does not exist)"
 
 
-# torch_npu vs CANN: the matching table torch_npu publishes (verl_ascend_ext/ascend_env/torch_npu_cann.py).
+# torch_npu vs CANN: the matching table torch_npu publishes (verl_ascend_ext/tooling/ascend_env/torch_npu_cann.py).
 
 def test_compatibility_from_the_matching_table() -> None:
     assert cann_for("2.10.0.post4") == ("9.1.0", "v2.10.0-26.1.0")
@@ -220,7 +220,7 @@ def test_recipe_pins_agree_with_the_table() -> None:
     """Each recipe's torch_npu pin is built for the CANN its [cann] table pins."""
     import tomllib
 
-    for manifest in sorted((REPO / "verl_ascend_ext/recipes").glob("*/manifest.toml")):
+    for manifest in sorted((REPO / "verl_ascend_ext/tooling/recipes").glob("*/manifest.toml")):
         data = tomllib.loads(manifest.read_text())
         pin = data["packages"]["torch_npu"]["version"].removeprefix("==")
         assert cann_for(pin)[0] == data["cann"]["toolkit"], manifest
@@ -258,7 +258,7 @@ def test_no_duplicates_in_a_clean_environment(tmp_path: Path) -> None:
 
 
 def test_the_sysroot_variable_stays_on_its_machine() -> None:
-    from verl_ascend_ext.device.env import package_env
+    from verl_ascend_ext.features.device.env import package_env
 
     assert package_env({SYSROOT_ENV: "/tmp/x", "VERL_ASCEND_EXT_EXPORT_CHECK": "warn"}) == {
         "VERL_ASCEND_EXT_EXPORT_CHECK": "warn"}

@@ -11,7 +11,7 @@ from conftest import REPO, last_json, run_python
 
 NO_HEAVY_IMPORTS = """
 import json, sys
-from verl_ascend_ext.cli import main
+from verl_ascend_ext.tooling.cli import main
 code = main(["doctor", "--json"])
 heavy = sorted(m for m in ("torch", "verl", "vllm", "vllm_ascend", "torch_npu", "megatron", "ray", "transformers")
                if m in sys.modules)
@@ -25,7 +25,7 @@ def doctor(env: dict[str, str] | None = None, *args: str) -> subprocess.Complete
     full = {k: v for k, v in os.environ.items()
             if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL", "VLLM_PLUGINS"))}
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "verl_ascend_ext.cli", "doctor", *args], env=full,
+    return subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", *args], env=full,
                           capture_output=True, text=True, timeout=120, cwd=REPO)
 
 

@@ -14,14 +14,14 @@ import pytest
 
 import verl_ascend_ext.patching.prediction as prediction
 from verl_ascend_ext import doctor, vet
-from verl_ascend_ext.cluster.doctor_ray import problems
-from verl_ascend_ext.features import registry
-from verl_ascend_ext.findings import ERROR, OK, Finding, Severity
 from verl_ascend_ext.patching.record import ACTIVE, DONE, NEEDS_ATTENTION, OFF, Status
 from verl_ascend_ext.patching.source import find_module_file
-from verl_ascend_ext.recipes import get_recipe
-from verl_ascend_ext.recipes.check import _expected_patch_findings
-from verl_ascend_ext.recipes.manifest import load_manifest
+from verl_ascend_ext.runtime.findings import ERROR, OK, Finding, Severity
+from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.tooling.cluster.doctor_ray import problems
+from verl_ascend_ext.tooling.recipes import get_recipe
+from verl_ascend_ext.tooling.recipes.check import _expected_patch_findings
+from verl_ascend_ext.tooling.recipes.manifest import load_manifest
 
 CHECKPOINT_GATE = "VERL_ASCEND_EXT_CHECKPOINT_FIXES"
 EXPORT_CHECK = "checkpoint-export-check"
@@ -129,7 +129,7 @@ def test_status_groups_match_raw_strings_from_json() -> None:
 
 
 def test_one_finding_type_for_doctor_and_recipe_check() -> None:
-    from verl_ascend_ext.recipes.findings import Finding as RecipeFinding
+    from verl_ascend_ext.runtime.findings import Finding as RecipeFinding
 
     assert RecipeFinding is Finding
     check = Finding.check("npu-platform", Severity.WARN, "why")
@@ -146,7 +146,7 @@ def test_one_finding_type_for_doctor_and_recipe_check() -> None:
 
 
 def test_doctor_rejects_a_hook_finding_that_is_not_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
-    from verl_ascend_ext.hookspecs import hookimpl
+    from verl_ascend_ext.runtime.hookspecs import hookimpl
 
     class OldStyle:
         @hookimpl

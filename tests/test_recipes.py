@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, last_json, run_python, verl_version
 
-from verl_ascend_ext.recipes import get_recipe, list_recipes
-from verl_ascend_ext.recipes.findings import ERROR, NOT_CHECKED, OK, WARN
-from verl_ascend_ext.recipes.manifest import check_manifest, load_manifest
+from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN
+from verl_ascend_ext.tooling.recipes import get_recipe, list_recipes
+from verl_ascend_ext.tooling.recipes.manifest import check_manifest, load_manifest
 
 BIN = Path(sys.executable).parent
 RECIPES = ("glm5_2_megatron", "glm5_2_megatron_fully_async", "qwen3_5_35b_megatron")
@@ -39,14 +39,14 @@ def script_env(**extra: str) -> dict[str, str]:
 
 
 def recipe_overrides(name: str, **env: str) -> tuple[str, list[str]]:
-    from verl_ascend_ext.recipes.compose import script_overrides
+    from verl_ascend_ext.tooling.recipes.compose import script_overrides
 
     return script_overrides(get_recipe(name).script, script_env(**env))
 
 
 def check(name: str, user: list[str], **env: str):
     """Compose recipe + user overrides in-process (Hydra only; verl is not imported)."""
-    from verl_ascend_ext.recipes.compose import Tagged, check_config
+    from verl_ascend_ext.tooling.recipes.compose import Tagged, check_config
 
     config_name, overrides = recipe_overrides(name, **env)
     tagged = [Tagged(o, "recipe") for o in overrides] + [Tagged(o, "user") for o in user]
@@ -58,12 +58,12 @@ def errors(result) -> dict[str, object]:
 
 
 def test_recipes_shipped_in_the_package() -> None:
-    from verl_ascend_ext.recipes.compose import script_overrides
+    from verl_ascend_ext.tooling.recipes.compose import script_overrides
 
     assert [r.name for r in list_recipes()] == list(RECIPES)
     for name in RECIPES:
         recipe = get_recipe(name)
-        assert recipe.directory.parent == REPO / "verl_ascend_ext" / "recipes"
+        assert recipe.directory.parent == REPO / "verl_ascend_ext" / "tooling" / "recipes"
         assert recipe.readme.is_file() and load_manifest(recipe.manifest).name == name
         # the top-level recipes/ folder of a checkout is the same folder
         assert (REPO / "recipes" / name / "run.sh").resolve() == recipe.script.resolve()
@@ -71,7 +71,8 @@ def test_recipes_shipped_in_the_package() -> None:
         assert recipe_overrides(name) == script_overrides(REPO / "recipes" / name / "run.sh", script_env())
     assert {p.name for p in SHARED_SHELL} == {"_launch.sh", "_glm5_2_megatron.sh"}
     text = (REPO / "pyproject.toml").read_text()
-    for glob in ('"recipes/_*.sh"', '"recipes/*/run.sh"', '"recipes/*/manifest.toml"', '"recipes/*/README.md"'):
+    for glob in ('"tooling/recipes/_*.sh"', '"tooling/recipes/*/run.sh"', '"tooling/recipes/*/manifest.toml"',
+                 '"tooling/recipes/*/README.md"'):
         assert glob in text, f"{glob} missing from package-data: the CLI would break in a non-editable install"
 
 
@@ -80,7 +81,7 @@ def test_every_recipe_composes_and_validates_on_installed_verl() -> None:
     """The full preflight (minus the device) in a fresh interpreter: compose + verl's validate_config."""
     code = """
         import json, os, sys
-        from verl_ascend_ext.recipes.check import run_check
+        from verl_ascend_ext.tooling.recipes.check import run_check
         out = {}
         for name, device in [("glm5_2_megatron", "npu"), ("qwen3_5_35b_megatron", "npu"),
                              ("qwen3_5_35b_megatron", "gpu")]:
@@ -144,7 +145,7 @@ def test_grad_offload_key_removed_in_091_is_reported() -> None:
 
 
 def _r2_findings():
-    from verl_ascend_ext.recipes.check import router_replay_findings
+    from verl_ascend_ext.tooling.recipes.check import router_replay_findings
 
     result = check("glm5_2_megatron", ["actor_rollout_ref.actor.megatron.router_replay.mode=R2"])
     assert result.config is not None
@@ -310,7 +311,7 @@ def test_cli_list_show_and_unknown_recipe() -> None:
 
 
 def test_gates_exported_relied_on_and_parsed_by_the_gate_parser(tmp_path: Path) -> None:
-    from verl_ascend_ext.recipes.check import gate_findings
+    from verl_ascend_ext.tooling.recipes.check import gate_findings
 
     recipe = get_recipe("glm5_2_megatron")
     manifest = load_manifest(recipe.manifest)

@@ -19,13 +19,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .distributions import installed
-from .errors import PatchRefusedError
-from .gates import DISABLE_ENV, GateValueError
-from .record import ACTIVE, DONE, Action, Fingerprint, PatchRecord, PatchStatus, Status, split_target
-from .replacement import MARKER, UntraceableReplacementError, build, untraceable
-from .shield import expose_on_upstream, set_by_us, withdraw
-from .source import (
+from verl_ascend_ext.patching.distributions import installed
+from verl_ascend_ext.patching.errors import PatchRefusedError
+from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError
+from verl_ascend_ext.patching.record import (
+    ACTIVE,
+    DONE,
+    Action,
+    Fingerprint,
+    PatchRecord,
+    PatchStatus,
+    Status,
+    split_target,
+)
+from verl_ascend_ext.patching.replacement import MARKER, UntraceableReplacementError, build, untraceable
+from verl_ascend_ext.patching.shield import expose_on_upstream, set_by_us, withdraw
+from verl_ascend_ext.patching.source import (
     Definition,
     active_lookup,
     canonical_name,
@@ -34,7 +43,7 @@ from .source import (
     find_module_file,
     remembered_match,
 )
-from .status import current, forget, lock, record_status, statuses, switched_off
+from verl_ascend_ext.patching.status import current, forget, lock, record_status, statuses, switched_off
 
 
 @dataclass

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import NamedTuple
 
-from .engine import predict
-from .gates import Gate, GateValueError, disabled_patch_ids, parse_bool
-from .record import PatchRecord, PatchStatus, Status
-from .source import Lookup, looking_in
+from verl_ascend_ext.patching.engine import predict
+from verl_ascend_ext.patching.gates import Gate, GateValueError, disabled_patch_ids, parse_bool
+from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
+from verl_ascend_ext.patching.source import Lookup, looking_in
 
 
 class Predictions(NamedTuple):

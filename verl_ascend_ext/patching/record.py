@@ -13,7 +13,7 @@ import re
 from enum import Enum
 from typing import NamedTuple
 
-from .gates import Gate
+from verl_ascend_ext.patching.gates import Gate
 
 
 class Status(str, Enum):
