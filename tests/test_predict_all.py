@@ -13,7 +13,7 @@ import json
 import pytest
 
 import verl_ascend_ext.patching.prediction as prediction
-from verl_ascend_ext import doctor, vet
+from verl_ascend_ext.tooling import doctor, vet
 from verl_ascend_ext.patching.record import ACTIVE, DONE, NEEDS_ATTENTION, OFF, Status
 from verl_ascend_ext.patching.source import find_module_file
 from verl_ascend_ext.runtime.findings import ERROR, OK, Finding, Severity
