@@ -156,7 +156,7 @@ def test_doctor_rejects_a_hook_finding_that_is_not_a_finding(monkeypatch: pytest
     pm = doctor.plugin_manager()
     pm.register(OldStyle(), name="old-style-test-feature")
     try:
-        with pytest.raises(TypeError, match=r"return verl_ascend_ext\.findings\.Finding objects"):
+        with pytest.raises(TypeError, match=r"return verl_ascend_ext\.runtime\.findings\.Finding objects"):
             doctor.feature_findings({})
     finally:
         pm.unregister(name="old-style-test-feature")
