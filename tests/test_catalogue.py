@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import REPO
+from repo import REPO
 
 from verl_ascend_ext.catalogue import render
 from verl_ascend_ext.features import registry

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from subprocesses import run_command
 
 from verl_ascend_ext.checkpoint.export_check import (
     ExportCheckError,
@@ -309,10 +310,8 @@ def test_warn_and_off_never_raise(tmp_path: Path, caplog: pytest.LogCaptureFixtu
 
 
 def cli(*args: str, mode: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_ASCEND_EXT_")}
-    if mode is not None:
-        env["VERL_ASCEND_EXT_EXPORT_CHECK"] = mode
-    return subprocess.run([CLI, "export-check", *args], env=env, capture_output=True, text=True, timeout=120)
+    env = {} if mode is None else {"VERL_ASCEND_EXT_EXPORT_CHECK": mode}
+    return run_command([CLI, "export-check", *args], env, check=False, timeout=120)
 
 
 def test_cli_exit_codes_and_report(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, last_json
 from glm52_ascend_fixtures import released_sources
+from repo import REPO
+from subprocesses import last_json
 
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_ascend_maths.py"
 

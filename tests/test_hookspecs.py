@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pluggy
 import pytest
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 from verl_ascend_ext.features import FeatureDeclarationError, build_plugin_manager, collect
 from verl_ascend_ext.hookspecs import hookimpl

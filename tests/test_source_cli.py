@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 from verl_ascend_ext.cli import main
 from verl_ascend_ext.patching import engine

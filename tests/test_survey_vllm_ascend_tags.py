@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
 from glm52_ascend_fixtures import copy_tree, mutate
+from repo import REPO
 
 SCRIPT = REPO / "scripts" / "survey_vllm_ascend_tags.py"
 WORKER = "vllm_ascend/patch/worker/__init__.py"

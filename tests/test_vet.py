@@ -17,7 +17,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
 from glm52_ascend_fixtures import copy_tree, mutate, released_sources
 from test_glm52_vllm_core import released_core
 
@@ -81,7 +80,6 @@ def test_vllm_ascend_0_23_wheel_will_apply() -> None:
     assert report["foreign_copies"] == []
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_verl_0_9_0_wheel_as_doctor_predicts_on_the_installed_0_9_0() -> None:
     report, code = vet([artifact("verl-0.9.0-*.whl")])
     verl_ids = distribution_ids("verl")
