@@ -345,7 +345,7 @@ def test_cli_imports_no_torch(tmp_path: Path) -> None:
     reference = write_checkpoint(tmp_path / "reference", tensors(), config=GLM)
     code = ("import sys; from verl_ascend_ext.cli import main; rc = main(['export-check', sys.argv[1], "
             "'--reference', sys.argv[1]]); print(rc, sorted(m for m in ('torch', 'verl') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code, str(reference)], capture_output=True, text=True, timeout=120)
+    proc = run_command([sys.executable, "-c", code, reference], check=False, timeout=120)
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stderr
 
 
