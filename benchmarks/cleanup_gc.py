@@ -54,7 +54,7 @@ def main() -> None:
     install_npu_double()
     from verl.utils import memory_utils
 
-    from verl_ascend_ext.weight_sync.fixes import light_empty_cache
+    from verl_ascend_ext.features.weight_sync.patch_code import light_empty_cache
 
     aggressive = getattr(memory_utils.aggressive_empty_cache, "__wrapped__", memory_utils.aggressive_empty_cache)
     heap = [{"i": i, "v": [i]} for i in range(args.objects // 3)]  # dict + list + int per entry: ~1 object each

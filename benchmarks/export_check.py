@@ -123,7 +123,7 @@ from pathlib import Path
 what, export, reference = sys.argv[1:4]
 t0, c0 = time.perf_counter(), time.process_time()
 if what == "check":
-    from verl_ascend_ext.checkpoint.export_check import check_export
+    from verl_ascend_ext.features.checkpoint.export_check import check_export
     report = check_export(export, reference, "error")
     result = {"ok": report.ok, "tensors": report.tensors, "shards": report.shards, "omitted": len(report.omitted),
               "converted": sum(report.converted.values())}

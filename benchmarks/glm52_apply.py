@@ -34,7 +34,7 @@ t0 = time.perf_counter()
 import vllm.v1.engine.core
 t1 = time.perf_counter()
 import verl_ascend_ext
-from verl_ascend_ext.features import registry
+from verl_ascend_ext.runtime.registry import registry
 from verl_ascend_ext.patching import engine
 registry()  # feature discovery: a boot cost of every process whatever the patch set, reported separately
 t_discovered = time.perf_counter()

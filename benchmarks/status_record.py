@@ -26,14 +26,14 @@ BOOT = """
 import os, sys, time
 os.environ["VERL_USE_EXTERNAL_PLUGINS"] = "none"
 import verl
-from verl_ascend_ext import boot, runtime_record
-real_start, spent = runtime_record.start, []
+from verl_ascend_ext.runtime import boot, process_record
+real_start, spent = process_record.start, []
 def timed_start(*args, **kwargs):
     t = time.perf_counter()
     if sys.argv[1] == "on":
         real_start(*args, **kwargs)
     spent.append(time.perf_counter() - t)
-runtime_record.start = timed_start
+process_record.start = timed_start
 t0 = time.perf_counter()
 boot.activate("verl")
 print(time.perf_counter() - t0, spent[0])
@@ -50,7 +50,7 @@ def boot_once(record: bool, status_dir: str) -> tuple[float, float]:
 
 
 def synthetic(n: int, base: str) -> None:
-    from verl_ascend_ext import runtime_record as rr
+    from verl_ascend_ext.runtime import process_record as rr
 
     roles = [rr.RAY_WORKER, rr.VLLM_WORKER, rr.ENGINE_CORE, rr.VLLM_FRONTEND]
     statuses = ["applied", "pending", "gate-off", "fixed-upstream"]
@@ -90,9 +90,9 @@ def main() -> None:
         r = statistics.median(r for _, r in on)
         print(f"boot.activate in-process, median of {args.runs} alternating fresh processes: with record "
               f"{a * 1000:.2f} ms, without {b * 1000:.2f} ms (ratio {a / b:.3f}); the recorder's own time inside "
-              f"the boot (runtime_record.start): median {r * 1000:.3f} ms (goal <= 1 ms)")
+              f"the boot (process_record.start): median {r * 1000:.3f} ms (goal <= 1 ms)")
 
-        from verl_ascend_ext.status_report import aggregate, collect
+        from verl_ascend_ext.runtime.status_report import aggregate, collect
 
         base = os.path.join(tmp, "many")
         synthetic(args.records, base)

@@ -8,9 +8,10 @@
 # sys.path. Only the wheel's files are in the fresh venv itself, and they come first on sys.path; the
 # test venv's editable install is not active there (its finder .pth is not processed in an appended
 # directory), and the checks assert that the wheel's distribution is the one found. Checked: the files
-# (py.typed, every shipped recipe's run.sh, manifest.toml, README.md), every entry point of every group
-# declared in pyproject.toml (present in the wheel's metadata and loadable), the console script, verl's
-# own plugin discovery booting the plugin, and `verl-ascend doctor` exiting 0.
+# (py.typed, every shipped recipe's run.sh, manifest.toml, README.md, the shell files they source), each
+# run.sh listing its overrides from the wheel, every entry point of every group declared in
+# pyproject.toml (present in the wheel's metadata and loadable), the console script, verl's own plugin
+# discovery booting the plugin, and `verl-ascend doctor` exiting 0.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${1:-$ROOT/.venv/bin/python}"
@@ -36,6 +37,7 @@ cd "$WORK"  # not the checkout: the source tree must not be importable
 "$FRESH" - "$ROOT" "$WORK/venv" <<'PY'
 import importlib.metadata as md
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -55,9 +57,18 @@ if not inside_venv(dist.locate_file("")) or not any(inside_venv(p.locate()) for 
     problems.append(f"the verl-ascend-ext distribution found is not the wheel's ({dist._path})")
 
 package = Path(verl_ascend_ext.__file__).parent
-shipped = ["py.typed"] + [f"recipes/{d.name}/{f}" for d in sorted((root / "verl_ascend_ext/recipes").iterdir())
+recipes = root / "verl_ascend_ext/tooling/recipes"
+shipped = ["py.typed"] + [f"tooling/recipes/{d.name}/{f}" for d in sorted(recipes.iterdir())
                           if d.is_dir() and not d.name.startswith("__") for f in ("run.sh", "manifest.toml", "README.md")]
+shipped += [f"tooling/recipes/{f.name}" for f in sorted(recipes.glob("_*.sh"))]  # sourced by the run scripts
 problems += [f"{name} is not in the wheel" for name in shipped if not (package / name).is_file()]
+for script in sorted(package.glob("tooling/recipes/*/run.sh")):  # finds the files it sources in the wheel
+    emitted = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                             env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/"),
+                                  "PYTHON": sys.executable, "VERL_ASCEND_RECIPE_EMIT": "overrides"})
+    if emitted.returncode != 0 or emitted.stdout.count("\0") < 2:
+        problems.append(f"{script.relative_to(package)} from the wheel did not list its overrides "
+                        f"(exit {emitted.returncode}): {emitted.stderr[-1000:]}")
 
 project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
 declared = {("console_scripts", n): v for n, v in project.get("scripts", {}).items()}
@@ -74,7 +85,7 @@ for key, value in sorted(declared.items()):
         problems.append(f"entry point {key[0]}:{key[1]} = {value} does not load: {type(err).__name__}: {err}")
 problems += [f"entry point {g}:{n} is in the wheel but not declared" for g, n in sorted(set(found) - set(declared))]
 
-booted = subprocess.run([sys.executable, "-c", "import json, verl, verl_ascend_ext, verl_ascend_ext.boot as b; "
+booted = subprocess.run([sys.executable, "-c", "import json, verl, verl_ascend_ext, verl_ascend_ext.runtime.boot as b; "
                          "print(json.dumps([b.loaded_by(), verl_ascend_ext.__file__]))"], capture_output=True, text=True)
 if booted.returncode != 0:
     problems.append(f"import verl in the fresh venv failed: {booted.stderr[-2000:]}")

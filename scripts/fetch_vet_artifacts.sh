@@ -6,7 +6,7 @@
 # Keeps release artifacts under $CACHE/vet-artifacts/, downloaded once with pip (--no-deps, nothing installed):
 # - verl 0.9.0 and 0.9.1 wheels and the verl 0.9.1 sdist, as downloaded (1-2 MB each);
 # - vLLM 0.23.0 and 0.33.0 and vLLM-Ascend 0.23.0 wheels repacked: a zip under the wheel's own file name
-#   holding only the files vet reads for that distribution (verl_ascend_ext.vet.module_files) and the
+#   holding only the files vet reads for that distribution (verl_ascend_ext.tooling.vet.module_files) and the
 #   wheel's .dist-info/METADATA and WHEEL, byte for byte; the full wheel (27-300 MB) is deleted.
 # Tests read the cache and FAIL when something is missing; they never download.
 set -euo pipefail
@@ -40,7 +40,7 @@ keep_repacked() {  # keep_repacked <distribution> <version> <glob> [pip download
   # shellcheck disable=SC2086  # $glob is a file-name pattern: it must expand
   "$PY" - "$dist" "$tmp"/$glob "$DEST" <<'EOF'
 import os, sys, zipfile
-from verl_ascend_ext.vet import module_files
+from verl_ascend_ext.tooling.vet import module_files
 
 dist, wheel, dest = sys.argv[1], sys.argv[2], sys.argv[3]
 wanted = set(module_files(dist))

@@ -5,7 +5,7 @@
 
 For each tag newer than ``--after`` (plus any ``--ref``, e.g. ``main``) the files vet reads for vLLM-Ascend
 are taken with ``git show REF:PATH`` into a temporary tree with a METADATA naming the version, and the tree
-is vetted (``verl_ascend_ext.vet``: doctor's prediction code). Prints the Markdown table of docs/glm52.md
+is vetted (``verl_ascend_ext.tooling.vet``: doctor's prediction code). Prints the Markdown table of docs/glm52.md
 (ref x record x status) followed by each refusal's reason, or JSON. Nothing of the repository is kept.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from verl_ascend_ext.features import registry
-from verl_ascend_ext.vet import module_files, vet
+from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.tooling.vet import module_files, vet
 
 DISTRIBUTION = "vllm-ascend"
 

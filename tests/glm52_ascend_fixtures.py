@@ -63,7 +63,7 @@ def apply_diff(tree: Path, diff: Path) -> None:
 
 PREDICT = """
 import json
-from verl_ascend_ext.glm52.ascend_feature import RECORDS
+from verl_ascend_ext.features.glm52.ascend.declaration import RECORDS
 from verl_ascend_ext.patching.engine import installed_version, predict
 out = {"version": installed_version("vllm-ascend")}
 for record in RECORDS:

@@ -28,15 +28,15 @@ from ascend_trees import (
 from repo import REPO
 from subprocesses import run_command
 
-from verl_ascend_ext.ascend_env.infofile import read_info
-from verl_ascend_ext.ascend_env.torch_npu_cann import TABLE, cann_for, compatibility
+from verl_ascend_ext.tooling.ascend_env.infofile import read_info
+from verl_ascend_ext.tooling.ascend_env.torch_npu_cann import TABLE, cann_for, compatibility
 
 pytestmark = pytest.mark.anyverl
 ASCEND_KEYS = {"cann", "nnal", "driver", "firmware", "npu_smi", "env"}
 
 
 def doctor_json(env: dict[str, str], pythonpath: str | None = None, cwd: Path = REPO) -> tuple[int, dict]:
-    proc = run_command([sys.executable, "-m", "verl_ascend_ext.cli", "doctor", "--json"], env, check=False,
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", "--json"], env, check=False,
                        timeout=120, pythonpath=pythonpath, cwd=cwd)
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
@@ -77,8 +77,8 @@ def test_nothing_installed_reads_null(tmp_path: Path) -> None:
 
 
 def test_text_report_shows_versions_and_where_they_were_read(tmp_path: Path) -> None:
-    proc = run_command([sys.executable, "-m", "verl_ascend_ext.cli", "doctor"], full_node(tmp_path, cann="8.5.0"),
-                       check=False, timeout=120, cwd=REPO)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor"],
+                       full_node(tmp_path, cann="8.5.0"), check=False, timeout=120, cwd=REPO)
     assert "Ascend environment" in proc.stdout
     line = next(x for x in proc.stdout.splitlines() if x.strip().startswith("CANN toolkit:"))
     assert "8.5.0" in line and "ascend_toolkit_install.info" in line and "via ASCEND_TOOLKIT_HOME" in line
@@ -189,7 +189,7 @@ def test_info_file_parser_reads_both_line_formats(tmp_path: Path) -> None:
     assert read_info(tmp_path / "missing").version("x") == f"unknown ({tmp_path / 'missing'} does not exist)"
 
 
-# torch_npu vs CANN: the matching table torch_npu publishes (verl_ascend_ext/ascend_env/torch_npu_cann.py).
+# torch_npu vs CANN: the matching table torch_npu publishes (verl_ascend_ext/tooling/ascend_env/torch_npu_cann.py).
 
 def test_compatibility_from_the_matching_table() -> None:
     assert cann_for("2.10.0.post4") == ("9.1.0", "v2.10.0-26.1.0")
@@ -197,13 +197,14 @@ def test_compatibility_from_the_matching_table() -> None:
     assert cann_for("2.4.0")[0] == "8.0.RC3"
     assert cann_for("2.10.0") is None and cann_for("not a version") is None
     assert compatibility(None, "9.1.0") is None
-    assert compatibility("2.10.0.post4", "9.1.0")["status"] == "ok"
-    assert compatibility("2.4.0", "8.0.rc3")["status"] == "ok"  # RC spelled in either case
+    assert compatibility("2.10.0.post4", "9.1.0").status == "ok"
+    assert compatibility("2.4.0", "8.0.rc3").status == "ok"  # RC spelled in either case
     wrong = compatibility("2.10.0.post4", "8.5.0")
-    assert wrong["status"] == "warn" and "built for CANN 9.1.0" in wrong["detail"] and "8.5.0" in wrong["detail"]
-    assert compatibility("2.10.0.post4", None)["status"] == "warn"
-    assert "unknown (" in compatibility("2.10.0.post4", "unknown (x)")["detail"]
-    assert compatibility("2.10.1", "9.1.0")["status"] == "info"
+    assert wrong.name == "torch_npu/CANN"
+    assert wrong.status == "warn" and "built for CANN 9.1.0" in wrong.detail and "8.5.0" in wrong.detail
+    assert compatibility("2.10.0.post4", None).status == "warn"
+    assert "unknown (" in compatibility("2.10.0.post4", "unknown (x)").detail
+    assert compatibility("2.10.1", "9.1.0").status == "info"
     assert len({row[0] for row in TABLE}) == len(TABLE)  # one CANN per torch_npu release
 
 
@@ -211,7 +212,7 @@ def test_recipe_pins_agree_with_the_table() -> None:
     """Each recipe's torch_npu pin is built for the CANN its [cann] table pins."""
     import tomllib
 
-    for manifest in sorted((REPO / "verl_ascend_ext/recipes").glob("*/manifest.toml")):
+    for manifest in sorted((REPO / "verl_ascend_ext/tooling/recipes").glob("*/manifest.toml")):
         data = tomllib.loads(manifest.read_text())
         pin = data["packages"]["torch_npu"]["version"].removeprefix("==")
         assert cann_for(pin)[0] == data["cann"]["toolkit"], manifest
@@ -249,7 +250,7 @@ def test_no_duplicates_in_a_clean_environment(tmp_path: Path) -> None:
 
 
 def test_the_sysroot_variable_stays_on_its_machine() -> None:
-    from verl_ascend_ext.device.env import package_env
+    from verl_ascend_ext.features.device.env import package_env
 
     assert package_env({SYSROOT_ENV: "/tmp/x", "VERL_ASCEND_EXT_EXPORT_CHECK": "warn"}) == {
         "VERL_ASCEND_EXT_EXPORT_CHECK": "warn"}

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from ascend_trees import full_node, shadow_install
 
-from verl_ascend_ext.cluster.doctor_ray import HEAD_RESOURCE, compare, format_report
-from verl_ascend_ext.doctor import build_report
+from verl_ascend_ext.tooling.cluster.doctor_ray import HEAD_RESOURCE, compare, format_report
+from verl_ascend_ext.tooling.doctor import build_report
 
 pytestmark = pytest.mark.anyverl
 GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from repo import REPO
 
-from verl_ascend_ext.catalogue import render
-from verl_ascend_ext.features import registry
+from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.tooling.catalogue import render
 
 
 def test_catalogue_is_current() -> None:

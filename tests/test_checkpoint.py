@@ -127,7 +127,7 @@ def test_without_plugin_verl_checks_nothing(without_plugin: dict) -> None:
 
 
 def test_bad_mode_is_an_error_naming_the_variable() -> None:
-    from verl_ascend_ext.checkpoint.export_check import export_check_mode
+    from verl_ascend_ext.features.checkpoint.export_check import export_check_mode
     from verl_ascend_ext.patching.gates import GateValueError
 
     with pytest.raises(GateValueError, match=r"VERL_ASCEND_EXT_EXPORT_CHECK='strict'.*error, warn, off"):
@@ -136,13 +136,13 @@ def test_bad_mode_is_an_error_naming_the_variable() -> None:
 
 
 def test_doctor_reports_strict_and_mode() -> None:
-    from verl_ascend_ext.checkpoint.feature import verl_ascend_ext_doctor_findings
+    from verl_ascend_ext.features.checkpoint.declaration import verl_ascend_ext_doctor_findings
 
-    findings = {f["name"]: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "x"})}
-    assert findings["checkpoint.strict"]["status"] == "ok" and "default True" in findings["checkpoint.strict"]["detail"]
-    assert findings["export check"]["status"] == "error"
-    ok = {f["name"]: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "warn"})}
-    assert ok["export check"]["detail"] == "VERL_ASCEND_EXT_EXPORT_CHECK=warn"
+    findings = {f.name: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "x"})}
+    assert findings["checkpoint.strict"].status == "ok" and "default True" in findings["checkpoint.strict"].detail
+    assert findings["export check"].status == "error" and findings["export check"].blocking
+    ok = {f.name: f for f in verl_ascend_ext_doctor_findings(environ={"VERL_ASCEND_EXT_EXPORT_CHECK": "warn"})}
+    assert ok["export check"].detail == "VERL_ASCEND_EXT_EXPORT_CHECK=warn"
 
 @pytest.mark.anyverl
 def test_round_trip_keeps_every_field(with_plugin: dict) -> None:
@@ -177,7 +177,7 @@ def test_verl_090_alone_drops_nested_configs(without_plugin: dict) -> None:
 def test_nested_key_paths_and_cycles() -> None:
     import logging
 
-    from verl_ascend_ext.checkpoint.config_json import config_to_json_safe
+    from verl_ascend_ext.features.checkpoint.config_json import config_to_json_safe
 
     loop: dict = {}
     loop["self"] = loop
@@ -216,7 +216,7 @@ def test_leftover_shard_does_not_stand_in_for_a_missing_tensor(tmp_path) -> None
     """An export with an index counts only the files its index lists (files are real safetensors)."""
     import json
 
-    from verl_ascend_ext.checkpoint.export_check import ExportCheckError, check_export
+    from verl_ascend_ext.features.checkpoint.export_check import ExportCheckError, check_export
 
     names = ["model.layers.0.w", "model.layers.1.w"]
     ref = _reference(tmp_path, names)
@@ -230,7 +230,7 @@ def test_leftover_shard_does_not_stand_in_for_a_missing_tensor(tmp_path) -> None
 
 
 def test_warn_mode_never_stops_training_on_an_unreadable_export(tmp_path, caplog) -> None:
-    from verl_ascend_ext.checkpoint.export_check import ExportCheckError, check_export
+    from verl_ascend_ext.features.checkpoint.export_check import ExportCheckError, check_export
 
     ref = _reference(tmp_path, ["model.layers.0.w"])
     export = tmp_path / "export"

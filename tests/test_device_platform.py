@@ -16,7 +16,7 @@ from subprocesses import last_json, run_command, run_python
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "device_platform.py")
 DOUBLE = str(REPO / "tests" / "npu_double")
-OURS = "verl_ascend_ext.device.platform.AscendExtPlatformNPU"
+OURS = "verl_ascend_ext.features.device.platform.AscendExtPlatformNPU"
 VERLS = "verl.plugin.platform.platform_npu.PlatformNPU"
 
 pytestmark = pytest.mark.anyverl

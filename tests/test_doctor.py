@@ -12,7 +12,7 @@ from subprocesses import last_json, run_command, run_python
 
 NO_HEAVY_IMPORTS = """
 import json, sys
-from verl_ascend_ext.cli import main
+from verl_ascend_ext.tooling.cli import main
 code = main(["doctor", "--json"])
 heavy = sorted(m for m in ("torch", "verl", "vllm", "vllm_ascend", "torch_npu", "megatron", "ray", "transformers")
                if m in sys.modules)
@@ -21,7 +21,7 @@ print(json.dumps({"code": code, "heavy": heavy}))
 
 
 def doctor(env: dict[str, str] | None = None, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_command([sys.executable, "-m", "verl_ascend_ext.cli", "doctor", *args], env, check=False,
+    return run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", *args], env, check=False,
                        timeout=120, cwd=REPO)
 
 

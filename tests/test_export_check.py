@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 from subprocesses import run_command
 
-from verl_ascend_ext.checkpoint.export_check import (
+from verl_ascend_ext.features.checkpoint.export_check import (
     ExportCheckError,
     ExportInputError,
     check_export,
@@ -343,7 +343,7 @@ def test_cli_exit_codes_and_report(tmp_path: Path) -> None:
 
 def test_cli_imports_no_torch(tmp_path: Path) -> None:
     reference = write_checkpoint(tmp_path / "reference", tensors(), config=GLM)
-    code = ("import sys; from verl_ascend_ext.cli import main; rc = main(['export-check', sys.argv[1], "
+    code = ("import sys; from verl_ascend_ext.tooling.cli import main; rc = main(['export-check', sys.argv[1], "
             "'--reference', sys.argv[1]]); print(rc, sorted(m for m in ('torch', 'verl') if m in sys.modules))")
     proc = run_command([sys.executable, "-c", code, reference], check=False, timeout=120)
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl_ascend_ext.features import registry
 from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids, parse_bool, parse_bool_env
+from verl_ascend_ext.runtime.registry import registry
 
 TRUE = ["1", "true", "TRUE", "True", "yes", "YES", "on", "On", " 1 ", "\ttrue\n"]
 FALSE = ["0", "false", "FALSE", "no", "No", "off", "OFF", "", "   ", " 0 "]

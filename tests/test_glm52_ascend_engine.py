@@ -40,7 +40,7 @@ STATICMETHOD = """
 import json, types
 import fake_device_op as m
 from verl_ascend_ext.patching.replacement import MARKER
-from verl_ascend_ext.glm52.ascend_feature import INDEXER_BASE
+from verl_ascend_ext.features.glm52.ascend.declaration import INDEXER_BASE
 from verl_ascend_ext.patching import Fingerprint, apply, unpatch
 record = INDEXER_BASE._replace(target="fake_device_op:Base.indexer_select_post_process",
     original=INDEXER_BASE.original._replace(also=()), fixed=Fingerprint(contains=("never",)))
@@ -99,7 +99,7 @@ if _V2_MODEL_RUNNER_SUPPORTED:
 
 IMPORT_ACTION = """
 import json, sys
-from verl_ascend_ext.glm52.ascend_feature import ROUTED_EXPERTS
+from verl_ascend_ext.features.glm52.ascend.declaration import ROUTED_EXPERTS
 from verl_ascend_ext.patching import apply, predict
 from verl_ascend_ext.patching.lazy import install
 record = ROUTED_EXPERTS._replace(target="fakeworker:<module>", wrapper="fakeworker.capture",
@@ -131,7 +131,7 @@ def test_import_action_loads_the_skipped_module_once(tmp_path: Path) -> None:
 
 DOCTOR = """
 import json
-from verl_ascend_ext.doctor import build_report
+from verl_ascend_ext.tooling.doctor import build_report
 report, _ = build_report()
 print(json.dumps({p["id"]: p["status"] for p in report["patches"] if p["id"].startswith("glm52-ascend-")}))
 """
@@ -153,7 +153,7 @@ def test_doctor_lists_every_item_with_its_predicted_status() -> None:
 def test_feature_module_imports_nothing_heavy() -> None:
     code = textwrap.dedent("""
         import json, sys
-        import verl_ascend_ext.glm52.ascend_feature
+        import verl_ascend_ext.features.glm52.ascend.declaration
         heavy = [m for m in ("torch", "vllm", "vllm_ascend", "torch_npu", "verl", "ray", "transformers", "megatron")
                  if m in sys.modules]
         print(json.dumps(heavy))

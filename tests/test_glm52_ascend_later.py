@@ -19,7 +19,7 @@ import pytest
 from glm52_ascend_fixtures import copy_tree, mutate
 from subprocesses import last_json, run_python
 
-from verl_ascend_ext.vet import vet
+from verl_ascend_ext.tooling.vet import vet
 
 CP = "glm52-ascend-indexer-scale-cp"
 WORKER = "vllm_ascend/patch/worker/__init__.py"
@@ -111,7 +111,7 @@ APPLY_GONE = """
 import json
 import fake_gone
 from verl_ascend_ext.patching import Fingerprint, PatchRefusedError, apply
-from verl_ascend_ext.glm52.ascend_feature import INDEXER_CP
+from verl_ascend_ext.features.glm52.ascend.declaration import INDEXER_CP
 fixed = Fingerprint(at="fake_gone:Kept.indexer", contains=(r"weights \\* 2",), description="scaled in Kept")
 record = INDEXER_CP._replace(target="fake_gone:Removed.method", fixed=fixed, fixed_shapes=())
 status = apply(record)

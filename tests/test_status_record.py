@@ -1,4 +1,4 @@
-"""Process records (``runtime_record``) and their aggregation (``verl-ascend status``), on the local machine.
+"""Process records (``runtime.process_record``) and their aggregation (``verl-ascend status``), on the local machine.
 
 Real processes boot the plugin through its entry points and write their records; directory safety is
 tested with real modes, owners (``os.chown`` to another uid: the tests run as root) and symlinks.
@@ -20,8 +20,8 @@ import pytest
 from repo import verl_version
 from subprocesses import last_json, run_command, run_python, scrubbed_env
 
-from verl_ascend_ext import runtime_record as rr
-from verl_ascend_ext.status_report import aggregate, collect
+from verl_ascend_ext.runtime import process_record as rr
+from verl_ascend_ext.runtime.status_report import aggregate, collect
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
@@ -37,9 +37,9 @@ def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -
     code = """
     import json, os, sys
     import verl_ascend_ext
-    from verl_ascend_ext import runtime_record
+    from verl_ascend_ext.runtime import process_record
     verl_ascend_ext.activate()
-    path = runtime_record.record_path()
+    path = process_record.record_path()
     before = json.load(open(path))
     import verl.trainer.constants_ppo  # target of ray-runtime-env-gates: applied on import
     after = json.load(open(path))
@@ -67,10 +67,10 @@ def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -
 def test_a_second_loader_is_recorded(tmp_path: Path) -> None:
     code = """
     import json
-    from verl_ascend_ext import boot, runtime_record
+    from verl_ascend_ext.runtime import boot, process_record
     boot.activate("verl")
     boot.vllm_plugin()
-    print(json.dumps(json.load(open(runtime_record.record_path()))))
+    print(json.dumps(json.load(open(process_record.record_path()))))
     """
     rec = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}).stdout)
     assert rec["loaded_by"] == ["verl", "vllm"]

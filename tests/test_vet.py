@@ -20,9 +20,9 @@ from glm52_ascend_fixtures import copy_tree, mutate, released_sources
 from subprocesses import run_command
 from test_glm52_vllm_core import released_core
 
-from verl_ascend_ext.features import registry
 from verl_ascend_ext.patching.engine import predict
-from verl_ascend_ext.vet import vet
+from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.tooling.vet import vet
 
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vet-artifacts"
 GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
@@ -138,13 +138,14 @@ def test_mutated_source_directory_is_refused_exit_1(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path / "vllm-ascend")
     mutate(tree, "vllm_ascend/ops/layernorm.py", "torch_npu.npu_add_rms_norm(x, residual",
            "torch_npu.npu_add_rms_norm_v2(x, residual")
-    proc = run_command([sys.executable, "-m", "verl_ascend_ext.cli", "vet", tree, "--json"], check=False, timeout=120)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", tree, "--json"], check=False,
+                       timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     refused = {p["id"]: p["detail"] for p in report["patches"] if p["status"] == "refused"}
     assert list(refused) == ["glm52-ascend-rmsnorm-add-then-norm"]
     assert str(tree / "vllm_ascend/ops/layernorm.py") in refused["glm52-ascend-rmsnorm-add-then-norm"]
-    text = run_command([sys.executable, "-m", "verl_ascend_ext.cli", "vet", tree], check=False, timeout=120)
+    text = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", tree], check=False, timeout=120)
     assert text.returncode == 1 and "A GATED PATCH WOULD BE REFUSED (exit 1)" in text.stdout
 
 
@@ -178,8 +179,8 @@ def test_unusable_input_exit_2(tmp_path: Path) -> None:
         assert code == 2 and report["errors"][0].startswith(path) and message in report["errors"][0], report
     twice, code = vet([artifact("vllm-0.23.0-*.whl"), artifact("vllm-0.33.0-*.whl")])
     assert code == 2 and "package 'vllm' is also in" in twice["errors"][0]
-    proc = run_command([sys.executable, "-m", "verl_ascend_ext.cli", "vet", tmp_path / "notes.txt"], check=False,
-                       timeout=120)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", tmp_path / "notes.txt"],
+                       check=False, timeout=120)
     assert proc.returncode == 2 and "UNUSABLE INPUT (exit 2)" in proc.stdout
 
 

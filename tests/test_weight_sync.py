@@ -63,8 +63,8 @@ def test_verl_091_fixed_upstream_nothing_wrapped(tmp_path) -> None:
 def test_light_empty_cache_stands_down_without_the_update_weights_replacement(tmp_path) -> None:
     """The light clean-up is triggered by the kv-barrier replacement (a ContextVar it sets): killing that one
     switches the light one off too, in-process and in doctor's prediction, instead of leaving it inert."""
+    from verl_ascend_ext.features.weight_sync.declaration import GATE, KV_BARRIER, LIGHT_EMPTY_CACHE
     from verl_ascend_ext.patching import engine
-    from verl_ascend_ext.weight_sync.feature import GATE, KV_BARRIER, LIGHT_EMPTY_CACHE
 
     gate_on = {GATE.env: "1"}
     predicted = engine.predict(LIGHT_EMPTY_CACHE, frozenset({KV_BARRIER.id}), gate_on)

@@ -9,20 +9,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .patching.record import PatchStatus
+    from verl_ascend_ext.patching.record import PatchStatus
 
-from ._version import __version__ as __version__
+from verl_ascend_ext._version import __version__ as __version__
 
 
 def activate() -> None:
     """Boot the plugin in this process, as verl's and vLLM's entry points do (idempotent)."""
-    from .boot import activate as _activate
+    from verl_ascend_ext.runtime.boot import activate as _activate
 
     _activate("api")
 
 
 def patch_statuses() -> dict[str, PatchStatus]:
     """Status of every registered patch in this process, by patch id."""
-    from .patching.status import statuses
+    from verl_ascend_ext.patching.status import statuses
 
     return statuses()

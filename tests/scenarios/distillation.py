@@ -71,7 +71,7 @@ def main() -> None:
     else:
         same = sorted(fsdp) == sorted(fsdp2) and all(torch.equal(fsdp[k], fsdp2[k]) for k in fsdp)
     out = {
-        "plugin_loaded": "verl_ascend_ext.boot" in sys.modules,
+        "plugin_loaded": "verl_ascend_ext.runtime.boot" in sys.modules,
         "statuses": {k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items()},
         "topk_wrapped": hasattr(losses.compute_topk_loss, "__wrapped__"),
         "padding_wrapped": hasattr(padding_utils.construct_minimal_padding_template, "__wrapped__"),

@@ -32,7 +32,7 @@ import npu_test_double as npu
 
 npu.install()
 
-from verl_ascend_ext.glm52 import ascend_feature  # noqa: E402
+from verl_ascend_ext.features.glm52.ascend import declaration as glm52_ascend  # noqa: E402
 from verl_ascend_ext.patching import engine  # noqa: E402
 from verl_ascend_ext.patching.source import definitions  # noqa: E402
 
@@ -107,8 +107,8 @@ def retarget(record: Any) -> Any:
     return record._replace(target=f"{MODULE}:{qualname}")
 
 
-RECORDS = {r.id: retarget(r) for r in (ascend_feature.RMSNORM, ascend_feature.INDEXER_BASE,
-                                       ascend_feature.INDEXER_A5, ascend_feature.INDEXER_CP)}
+RECORDS = {r.id: retarget(r) for r in (glm52_ascend.RMSNORM, glm52_ascend.INDEXER_BASE,
+                                       glm52_ascend.INDEXER_A5, glm52_ascend.INDEXER_CP)}
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -302,13 +302,13 @@ released_idx = run_indexer(idx)
 # A deliberate proxy (what the engine installed before): the check below must see the fix vanish under compile.
 import wrapt  # noqa: E402
 
-from verl_ascend_ext.glm52 import ascend_layernorm  # noqa: E402
+from verl_ascend_ext.features.glm52.ascend.patch_code import rmsnorm  # noqa: E402
 
 raw_released = vars(mod.AscendRMSNorm)["forward_oot"]
 
 
 def _proxy_wrapper(wrapped, instance, args, kwargs):
-    return ascend_layernorm.add_then_rms_norm(raw_released, instance, *args, **kwargs)
+    return rmsnorm.add_then_rms_norm(raw_released, instance, *args, **kwargs)
 
 
 mod.AscendRMSNorm.forward_oot = wrapt.FunctionWrapper(raw_released, _proxy_wrapper)
@@ -332,10 +332,10 @@ out["plain_functions"] = {
     and type(vars(mod.BaseDeviceAdaptor)["indexer_select_post_process"].__func__) is types.FunctionType,
 }
 out["verl_marker_seen"] = {
-    "rmsnorm": getattr(mod.AscendRMSNorm.forward_oot, ascend_feature.VERL_MARKER, False),
-    "310p_through_base": getattr(mod.Ascend310PDeviceAdaptor.indexer_select_post_process, ascend_feature.VERL_MARKER,
+    "rmsnorm": getattr(mod.AscendRMSNorm.forward_oot, glm52_ascend.VERL_MARKER, False),
+    "310p_through_base": getattr(mod.Ascend310PDeviceAdaptor.indexer_select_post_process, glm52_ascend.VERL_MARKER,
                                  False),
-    "original_untouched": not hasattr(raw_released, ascend_feature.VERL_MARKER),
+    "original_untouched": not hasattr(raw_released, glm52_ascend.VERL_MARKER),
 }
 out["rmsnorm"] = run_cases(rms_cases(), released)
 idx_cases = indexer_cases()

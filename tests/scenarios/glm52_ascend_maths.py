@@ -4,7 +4,7 @@ Real: the method bodies of vLLM-Ascend 0.23.0 (``AscendRMSNorm.forward_oot``, th
 ``indexer_select_post_process``, ``AscendSFACPImpl._execute_indexer_select``,
 ``AscendSFAImpl.process_weights_after_loading``, ``dispose_layer``/``dispose_tensor``,
 ``CaMemAllocator.sleep``), read from the released wheel's files and executed here; our patch code from
-verl_ascend_ext.glm52, installed behind the replacement functions the engine builds (``replacement.build``);
+verl_ascend_ext.features.glm52, installed behind the replacement functions the engine builds (``replacement.build``);
 torch on CPU. (Applying through the engine itself, and under torch.compile: glm52_ascend_compiled.py.)
 Simulated: only NPU calls (tests/scenarios/npu_test_double.py) and the few module globals those
 bodies name (stubs below). ``self`` is a small object with the attributes the body reads.
@@ -28,7 +28,9 @@ import npu_test_double as npu
 
 torch_npu = npu.install()  # before the replacement modules: they import torch_npu, as on an NPU node
 
-from verl_ascend_ext.glm52 import ascend_camem, ascend_layernorm, ascend_sfa  # noqa: E402
+from verl_ascend_ext.features.glm52.ascend.patch_code import camem as ascend_camem  # noqa: E402
+from verl_ascend_ext.features.glm52.ascend.patch_code import rmsnorm as ascend_rmsnorm  # noqa: E402
+from verl_ascend_ext.features.glm52.ascend.patch_code import sfa as ascend_sfa  # noqa: E402
 from verl_ascend_ext.patching.replacement import build  # noqa: E402
 from verl_ascend_ext.patching.source import definitions  # noqa: E402
 
@@ -72,7 +74,7 @@ class Norm:  # the attributes AscendRMSNorm.__init__ sets
 
 
 class PatchedNorm(Norm):
-    forward_oot = replaced(forward_oot, ascend_layernorm.add_then_rms_norm)
+    forward_oot = replaced(forward_oot, ascend_rmsnorm.add_then_rms_norm)
 
 
 g = torch.Generator().manual_seed(0)

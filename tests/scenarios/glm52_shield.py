@@ -155,7 +155,7 @@ def main(paths: list[str]) -> dict:
     sys.meta_path.insert(0, FINDER)  # before our boot: wrapt's hook finder then sits in front and sees the import
     from verl.utils.vllm import npu_vllm_patch  # noqa: F401  (verl, torch, vLLM 0.23.0: imported once, then forked)
 
-    assert "verl_ascend_ext.boot" not in sys.modules
+    assert "verl_ascend_ext.runtime.boot" not in sys.modules
     with multiprocessing.get_context("fork").Pool(min(2, len(paths)), maxtasksperchild=1) as pool:
         return dict(zip(paths, pool.map(child, paths, chunksize=1), strict=True))
 

@@ -153,7 +153,7 @@ class Probe:
 
     @property
     def parallel_config(self):
-        from verl_ascend_ext.boot import loaded_by
+        from verl_ascend_ext.runtime.boot import loaded_by
 
         self.queue.put({"child": self.label, **core_state(), "loaded_by": list(loaded_by()),
                         "gate": os.environ.get(GATE)})
@@ -165,7 +165,7 @@ def plugin_child(queue) -> None:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    from verl_ascend_ext.boot import loaded_by
+    from verl_ascend_ext.runtime.boot import loaded_by
 
     queue.put({"child": "plugin", **core_state(), "loaded_by": list(loaded_by()), "gate": os.environ.get(GATE)})
 

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import PatchRefusedError
-from .gates import Gate, GateValueError, parse_bool, parse_bool_env
-from .record import Action, Fingerprint, PatchRecord, PatchStatus, Status
-from .status import statuses
+from verl_ascend_ext.patching.errors import PatchRefusedError
+from verl_ascend_ext.patching.gates import Gate, GateValueError, parse_bool, parse_bool_env
+from verl_ascend_ext.patching.record import Action, Fingerprint, PatchRecord, PatchStatus, Status
+from verl_ascend_ext.patching.status import statuses
 
 _ENGINE = ("apply", "predict", "unpatch")
 
 
 def __getattr__(name: str) -> Any:
     if name in _ENGINE:
-        from . import engine
+        from verl_ascend_ext.patching import engine
 
         return getattr(engine, name)
+    if name == "predict_all":
+        from verl_ascend_ext.patching.prediction import predict_all
+
+        return predict_all
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -37,6 +41,7 @@ __all__ = [
     "parse_bool",
     "parse_bool_env",
     "predict",
+    "predict_all",
     "statuses",
     "unpatch",
 ]

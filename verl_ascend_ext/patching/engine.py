@@ -19,13 +19,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .distributions import installed
-from .errors import PatchRefusedError
-from .gates import DISABLE_ENV, GateValueError
-from .record import Action, Fingerprint, PatchRecord, PatchStatus, Status, split_target
-from .replacement import MARKER, UntraceableReplacementError, build, untraceable
-from .shield import expose_on_upstream, set_by_us, withdraw
-from .source import (
+from verl_ascend_ext.patching.distributions import installed
+from verl_ascend_ext.patching.errors import PatchRefusedError
+from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError
+from verl_ascend_ext.patching.record import (
+    ACTIVE,
+    DONE,
+    Action,
+    Fingerprint,
+    PatchRecord,
+    PatchStatus,
+    Status,
+    split_target,
+)
+from verl_ascend_ext.patching.replacement import MARKER, UntraceableReplacementError, build, untraceable
+from verl_ascend_ext.patching.shield import expose_on_upstream, set_by_us, withdraw
+from verl_ascend_ext.patching.source import (
     Definition,
     active_lookup,
     canonical_name,
@@ -34,7 +43,7 @@ from .source import (
     find_module_file,
     remembered_match,
 )
-from .status import current, forget, lock, record_status, statuses, switched_off
+from verl_ascend_ext.patching.status import current, forget, lock, record_status, statuses, switched_off
 
 
 @dataclass
@@ -186,7 +195,7 @@ def _enabled_foreign_copy(record: PatchRecord, environ: Mapping[str, str]) -> st
 
 def _missing_needs(needed: list[PatchStatus]) -> str | None:
     """Why a record stands down when a patch it ``needs`` is not (or will not be) applied, else None."""
-    off = [s for s in needed if s.status not in (Status.APPLIED, Status.WILL_APPLY, Status.PENDING)]
+    off = [s for s in needed if s.status not in ACTIVE]
     if not off:
         return None
     return ("its replacement relies on " + ", ".join(f"{s.id} ({s.status})" for s in off)
@@ -195,8 +204,7 @@ def _missing_needs(needed: list[PatchStatus]) -> str | None:
 
 def _stand_down(served: list[PatchStatus], tense: str) -> tuple[Status, str] | None:
     """Status of a record that ``serves`` others when none of them is (or will be) applied, else None."""
-    active = (Status.APPLIED, Status.WILL_APPLY, Status.PENDING)
-    if any(s.status in active for s in served):
+    if any(s.status in ACTIVE for s in served):
         return None
     summary = ", ".join(f"{s.id}: {s.status}" for s in served)
     if all(s.status is Status.FIXED_UPSTREAM for s in served):
@@ -322,7 +330,7 @@ def original(patch_id: str) -> Any:
 def _apply_import(record: PatchRecord) -> PatchStatus:
     """An import-action record: import ``record.wrapper`` (a module) once, if ``record.module``'s code is recognised."""
     done = current(record.id)
-    if done is not None and done.status in (Status.APPLIED, Status.ALREADY_APPLIED, Status.FIXED_UPSTREAM):
+    if done is not None and done.status in DONE:
         return done
     if record.wrapper in sys.modules:
         return _set(record, Status.ALREADY_APPLIED, f"{record.wrapper} is already imported")

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import wrapt
 
-from .record import PatchRecord, PatchStatus, Status
+from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
 
 
 def install(records: Iterable[PatchRecord], report: Callable[[str, list[PatchStatus]], None]) -> None:
@@ -27,8 +27,10 @@ def _hook(
     module_name: str, records: tuple[PatchRecord, ...], report: Callable[[str, list[PatchStatus]], None]
 ) -> Callable[[ModuleType], None]:
     def on_import(_module: ModuleType) -> None:
-        from .engine import apply  # the engine (source reading, wrapping) loads only when a target is imported
-        from .status import current, record_status
+        from verl_ascend_ext.patching.engine import (
+            apply,  # the engine (source reading, wrapping) loads only when a target is imported
+        )
+        from verl_ascend_ext.patching.status import current, record_status
 
         results = []
         try:

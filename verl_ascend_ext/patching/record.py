@@ -13,7 +13,7 @@ import re
 from enum import Enum
 from typing import NamedTuple
 
-from .gates import Gate
+from verl_ascend_ext.patching.gates import Gate
 
 
 class Status(str, Enum):
@@ -28,9 +28,20 @@ class Status(str, Enum):
     DISABLED = "disabled"
     REFUSED = "refused"
     PENDING = "pending"  # in-process only: gate on, hook registered, target module not imported yet
+    # Static prediction only: the record's gate variable holds a value the gate parser rejects, so whether
+    # the patch would run cannot be told (the process would refuse to start; doctor exits 2 naming it).
+    UNDECIDED = "unknown"
 
     def __str__(self) -> str:
         return self.value
+
+
+# Named groups of statuses, defined once. Status is a str enum whose hash is its value's, so a raw status
+# string read back from JSON (a Ray node's report, a process record) is found in these sets too.
+ACTIVE = frozenset({Status.APPLIED, Status.WILL_APPLY, Status.PENDING})  # the replacement runs or will run
+DONE = frozenset({Status.APPLIED, Status.FIXED_UPSTREAM, Status.ALREADY_APPLIED})  # the fix is in place
+OFF = frozenset({Status.GATE_OFF, Status.DISABLED})  # switched off by its gate or the kill switch
+NEEDS_ATTENTION = frozenset({Status.REFUSED, Status.UNDECIDED})  # doctor prints their detail and flags them
 
 
 class Action(str, Enum):

@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .errors import PatchRefusedError
+from verl_ascend_ext.patching.errors import PatchRefusedError
 
 MARKER = "_verl_ascend_ext_patch"  # function attribute of our replacements: the patch id
 FRAME_READERS = frozenset({"_getframe", "currentframe", "getouterframes", "getframeinfo"})

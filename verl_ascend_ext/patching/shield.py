@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .record import PatchRecord
+from verl_ascend_ext.patching.record import PatchRecord
 
 _lock = threading.Lock()
 _marks: dict[str, list[tuple[Any, str]]] = {}  # patch id -> (function, marker) set by us

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
-from .gates import DISABLE_ENV
-from .record import PatchRecord, PatchStatus, Status
+from verl_ascend_ext.patching.gates import DISABLE_ENV
+from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
 
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}

@@ -36,7 +36,7 @@ def core_state() -> dict:
     from vllm.v1.engine import core
 
     from verl_ascend_ext import patch_statuses
-    from verl_ascend_ext.boot import loaded_by
+    from verl_ascend_ext.runtime.boot import loaded_by
 
     wake_up = inspect.getattr_static(core.EngineCore, "wake_up")
     dummy = inspect.getattr_static(core.DPEngineCoreProc, "execute_dummy_batch")
@@ -56,7 +56,7 @@ def process_state(worker=None) -> dict:
     import sys
 
     from verl_ascend_ext import patch_statuses
-    from verl_ascend_ext.boot import loaded_by
+    from verl_ascend_ext.runtime.boot import loaded_by
 
     return {"pid": os.getpid(), "ppid": os.getppid(), "loaded_by": list(loaded_by()),
             "core_imported": "vllm.v1.engine.core" in sys.modules,

@@ -1,0 +1,132 @@
+"""Feature declaration: checkpoint export check and whole transformer config (loaded at discovery; no heavy imports)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+from verl_ascend_ext.patching.gates import GateValueError
+from verl_ascend_ext.runtime.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from verl_ascend_ext.runtime.findings import Finding
+
+GATE = Gate(
+    "VERL_ASCEND_EXT_CHECKPOINT_FIXES",
+    default=True,
+    doc="Checkpoint safety: check Hugging Face exports against the reference (mode: VERL_ASCEND_EXT_EXPORT_CHECK) "
+    "and save the transformer config whole.",
+)
+
+MANAGER = "verl.utils.checkpoint.megatron_checkpoint_manager"
+
+EXPORT_CHECK = PatchRecord(
+    id="checkpoint-export-check",
+    feature="checkpoint",
+    why="checkpoint.strict=False (needed for GLM-5.x MTP layers) switches export validation off entirely; check every "
+    "exported shard's integrity and the tensor names, shapes and dtypes against the reference, tolerating only the "
+    "model family's declared omissions and conversions.",
+    target=f"{MANAGER}:MegatronCheckpointManager._save_model_as_hf_via_bridge",
+    gate=GATE,
+    distribution="verl",
+    versions=">=0.9.0,<0.10",
+    original=Fingerprint(
+        contains=(r"self\.bridge\.save_hf_weights\(self\.model, \w+, strict=self\.checkpoint_config\.strict\)",),
+        description="Megatron-Bridge export via bridge.save_hf_weights(..., strict=checkpoint.strict)",
+    ),
+    fixed=Fingerprint.never_matching("never: no verl release checks exported names against declared omissions"),
+    wrapper="verl_ascend_ext.features.checkpoint.patch_code:check_hf_export",
+    upstream="none (this package's addition)",
+    remove_when="verl or Megatron-Bridge validate exports with per-model declared omissions",
+    traced=False,
+)
+
+CONFIG_WHOLE = PatchRecord(
+    id="checkpoint-config-whole",
+    feature="checkpoint",
+    why="verl's JSON-safe helper silently drops nested configs (to_dict objects, dataclasses), sets and paths "
+    "from transformer_config.json; serialise them recursively and name what truly cannot be written.",
+    target=f"{MANAGER}:_to_json_safe_config_dict",
+    gate=GATE,
+    distribution="verl",
+    versions=">=0.9.0,<0.10",
+    original=Fingerprint(
+        contains=(r"_to_json_safe_config_value\(value, set\(\)\)",),
+        also=(
+            Fingerprint(at=f"{MANAGER}:_to_json_safe_config_value", contains=(r"return _SKIP_CONFIG_VALUE\Z",),
+                        absent=(r"to_dict", r"is_dataclass")),
+            Fingerprint(at=f"{MANAGER}:MegatronCheckpointManager._save_transformer_config",
+                        contains=(r"_to_json_safe_config_dict\(_config_to_shallow_dict\(self\.transformer_config\)\)",)),
+        ),
+        description="per-value helper that returns a skip marker for every object it does not know "
+        "(nested configs, dataclasses, sets), used by _save_transformer_config",
+    ),
+    fixed=Fingerprint(
+        at=f"{MANAGER}:_to_json_safe_config_value",
+        contains=(r"to_dict", r"is_dataclass"),
+        description="the per-value helper serialises to_dict objects and dataclasses",
+    ),
+    wrapper="verl_ascend_ext.features.checkpoint.patch_code:save_config_whole",
+    upstream="none yet (verl 0.9.0 and 0.9.1 both drop nested configs)",
+    remove_when="verl's _to_json_safe_config_value serialises to_dict objects and dataclasses",
+    traced=False,
+)
+
+
+def _validate_mode(_module: ModuleType) -> None:
+    from verl_ascend_ext.features.checkpoint.mode import export_check_mode
+    from verl_ascend_ext.patching.record import OFF
+    from verl_ascend_ext.patching.status import current
+
+    decided = current(EXPORT_CHECK.id)
+    if decided is not None and decided.status in OFF:
+        return  # the check is off in this process: its mode does not matter
+    export_check_mode()  # a bad value stops the worker at start-up, not after hours of training at the first save
+
+
+@hookimpl
+def verl_ascend_ext_gates() -> list[Gate]:
+    return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_patch_records() -> list[PatchRecord]:
+    return [EXPORT_CHECK, CONFIG_WHOLE]
+
+
+@hookimpl
+def verl_ascend_ext_import_hooks() -> list[tuple[str, object]]:
+    return [(MANAGER, _validate_mode)]
+
+
+def _strict_finding() -> Finding:
+    from verl_ascend_ext.patching.source import definition_in_file, find_module_file
+    from verl_ascend_ext.runtime.findings import OK, WARN, Finding
+
+    path = find_module_file("verl.trainer.config.config")
+    definition = definition_in_file(path, "CheckpointConfig") if path else None
+    if definition is None:
+        return Finding.check("checkpoint.strict", WARN, "verl.trainer.config.config:CheckpointConfig not found; "
+                             "cannot tell whether verl has it")
+    found = re.search(r"^\s*strict: bool = (\w+)", definition.text, re.M)
+    if not found:
+        return Finding.check("checkpoint.strict", WARN, f"CheckpointConfig at {definition.where} has no 'strict' field")
+    return Finding.check("checkpoint.strict", OK, f"verl's own option (CheckpointConfig.strict, default "
+                         f"{found.group(1)}, {definition.where}); passed to bridge.save_hf_weights unchanged")
+
+
+@hookimpl
+def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
+    from verl_ascend_ext.features.checkpoint.mode import MODE_ENV, export_check_mode
+    from verl_ascend_ext.runtime.findings import ERROR, INFO, OK, Finding
+
+    try:
+        mode = export_check_mode(environ)
+        mode_finding = Finding.check("export check", OK if mode != "off" else INFO,
+                                     f"{MODE_ENV}={mode}" + (" (default)" if MODE_ENV not in environ else ""))
+    except GateValueError as err:
+        mode_finding = Finding.check("export check", ERROR, str(err))
+    return [_strict_finding(), mode_finding]

@@ -1,0 +1,53 @@
+"""Replacement code of the checkpoint patches (imported only when a patch is applied)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from verl_ascend_ext.features.checkpoint.config_json import config_to_json_safe
+from verl_ascend_ext.features.checkpoint.export_check import check_export, export_check_mode
+from verl_ascend_ext.features.checkpoint.provenance import write_beside
+
+logger = logging.getLogger("verl_ascend_ext")
+
+
+def _reference_dir(manager: Any) -> str | None:
+    """The Hugging Face checkpoint the run started from (verl's ``config.model.path``, local)."""
+    for candidate in (getattr(manager, "model_path", None),
+                      getattr(getattr(manager, "hf_config", None), "name_or_path", None)):
+        if candidate and os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run verl's bridge export, then compare what it wrote with the reference checkpoint (rank 0 only)."""
+    mode = export_check_mode()
+    result = original(instance, *args, **kwargs)
+    bridge_export = not getattr(instance, "vanilla_bridge", False) and getattr(instance, "peft_cls", None) is None
+    if not bridge_export or getattr(instance, "rank", 0) != 0:
+        return result
+    hf_ckpt_path = kwargs["hf_ckpt_path"] if "hf_ckpt_path" in kwargs else args[0]
+    status = write_beside(hf_ckpt_path)  # which fixes were active when this checkpoint was produced
+    if mode == "off":
+        return result
+    reference = _reference_dir(instance)
+    if reference is None:
+        message = (f"verl-ascend-ext export check: no local reference checkpoint to compare {hf_ckpt_path} with "
+                   f"(model path {getattr(instance, 'model_path', None)!r} is not a directory)")
+        if mode == "error":
+            from verl_ascend_ext.features.checkpoint.export_check import MODE_ENV, ExportCheckError
+
+            raise ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
+        logger.warning("%s", message)
+        return result
+    check_export(hf_ckpt_path, reference, mode, plugin_status=status)
+    return result
+
+
+def save_config_whole(original: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``_to_json_safe_config_dict`` that serialises nested configs instead of dropping them."""
+    config_dict = kwargs["config_dict"] if "config_dict" in kwargs else args[0]
+    return config_to_json_safe(config_dict)

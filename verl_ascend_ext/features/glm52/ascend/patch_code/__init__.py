@@ -1,0 +1,1 @@
+"""The vLLM-Ascend patch code, one module per target area."""

@@ -1,0 +1,1 @@
+"""GLM-5.2 fixes for vLLM core (entry point ``glm52_vllm``)."""

@@ -1,0 +1,114 @@
+"""Discovery: what verl's and vLLM's entry points run in every process of a training job.
+
+``activate`` runs once per process whatever the number of loads (verl plugin, vLLM plugin, API):
+it reads the gates and the kill switch, records each patch's status and registers lazy post-import
+hooks. It imports only this package, pluggy, wrapt and packaging: never vLLM, vLLM-Ascend,
+torch_npu, Megatron, Ray or transformers. Because verl logs plugin failures at DEBUG, everything a
+user must know is logged here at WARNING or above.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import wrapt
+
+from verl_ascend_ext.patching.errors import PatchRefusedError
+from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids
+from verl_ascend_ext.patching.lazy import install
+from verl_ascend_ext.patching.record import PatchStatus, Status
+from verl_ascend_ext.patching.status import on_change, record_status, statuses, switched_off
+from verl_ascend_ext.runtime import process_record
+from verl_ascend_ext.runtime.registry import registry
+
+logger = logging.getLogger("verl_ascend_ext")
+
+_lock = threading.Lock()
+_loaded_by: list[str] = []
+_hooks_registered = False
+
+
+def loaded_by() -> tuple[str, ...]:
+    """Who asked this process to boot the plugin, in order (first one did the work)."""
+    return tuple(_loaded_by)
+
+
+def _report(source: str):
+    def report(module_name: str, results: list[PatchStatus]) -> None:
+        refused = [r for r in results if r.status is Status.REFUSED]
+        line = "; ".join(f"{r.id}: {r.status}" for r in results)
+        if refused:
+            level = logging.ERROR
+            line += "".join(f"\n  {r.detail}" for r in refused)
+        else:
+            level = logging.WARNING if any(r.status is Status.APPLIED for r in results) else logging.INFO
+        logger.log(level, "verl-ascend-ext (pid %d, loaded by %s) on import of %s: %s",
+                   os.getpid(), source, module_name, line)
+
+    return report
+
+
+def activate(source: str = "api") -> None:
+    """Boot the plugin in this process (idempotent).
+
+    Raises GateValueError on a bad variable, PatchRefusedError for a target already imported whose code is
+    not recognised, and feature declaration / import-hook errors as they are.
+    """
+    with _lock:
+        _loaded_by.append(source)
+        if len(_loaded_by) > 1:
+            process_record.loaded_again(source)
+            return
+        try:
+            _boot(source)
+        except BaseException:
+            if not _hooks_registered:
+                _loaded_by.clear()  # nothing registered yet: a retry after the user fixes the environment is clean
+            raise
+
+
+def _boot(source: str) -> None:
+    reg = registry()
+    for gate in reg.gates:
+        gate.read()  # fail on a bad value now, naming the variable, not at first import of a target
+    disabled = disabled_patch_ids(r.id for r in reg.records)
+    active = []
+    for record in reg.records:
+        off = switched_off(record, disabled, os.environ)
+        if off is not None:
+            record_status(off)
+            continue
+        record_status(PatchStatus(record.id, record.target, Status.PENDING, f"waiting for import of {record.module}"))
+        active.append(record)
+    global _hooks_registered
+    _hooks_registered = True  # from here on a retry would register every hook twice
+    try:
+        install(active, _report(source))
+        for module_name, callback in reg.import_hooks:
+            wrapt.register_post_import_hook(callback, module_name)
+    finally:  # a refusal of an already-imported target is recorded too
+        process_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses)
+        on_change(process_record.status_changed)
+
+
+def activate_or_exit(source: str) -> None:
+    """``activate`` for loaders that swallow exceptions (verl logs them at DEBUG): stop the process loudly.
+
+    Any failure to set the plugin up (a bad variable, a refused patch, a broken feature declaration or
+    import hook) would otherwise leave training running with nothing patched and nothing said.
+    """
+    try:
+        activate(source)
+    except (GateValueError, PatchRefusedError) as err:
+        logger.error("%s", err)
+        raise SystemExit(f"verl-ascend-ext: {err}") from err
+    except Exception as err:
+        logger.exception("verl-ascend-ext could not start in this process")
+        raise SystemExit(f"verl-ascend-ext could not start: {type(err).__name__}: {err}") from err
+
+
+def vllm_plugin() -> None:
+    """The ``vllm.general_plugins`` entry point: vLLM calls it in every vLLM process."""
+    activate("vllm")

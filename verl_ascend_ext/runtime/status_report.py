@@ -1,0 +1,157 @@
+"""`verl-ascend status`: what really ran, gathered from the per-process records (``process_record``).
+
+``collect`` reads one status directory (this host's records get ``alive`` from /proc, dead ones are marked
+and later pruned, a live Ray worker's actor class is read from its current title); ``aggregate`` turns
+the records of any number of hosts into the report: per patch (and per role) the count of each status
+over active processes, and the problems:
+
+- a process where a patch its environment turned on is not applied / fixed-upstream / already-applied
+  once its target module was imported (refused, or still pending because an earlier patch of the module
+  failed), or refused at all;
+- a process whose gates or kill switch differ from the driver's (the newest active driver record; with
+  no driver, the values most processes have);
+- version skew: a distribution with different versions in different processes;
+- a process that runs vLLM patches with ``VLLM_PLUGINS`` excluding this plugin (vLLM processes it
+  starts will not load it).
+
+Dead processes are listed (``alive: false``) and count nowhere else. Exit 0 fine, 1 any problem, 2 the
+Ray cluster could not be reached (``--ray``, see ``cluster.status_ray``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from verl_ascend_ext.patching.gates import DISABLE_ENV
+from verl_ascend_ext.patching.record import DONE, OFF, Status
+from verl_ascend_ext.runtime import process_record as rr
+
+VLLM_TARGETS = ("vllm.", "vllm_ascend.")
+VLLM_ENTRY_POINT = "verl_ascend_ext"
+
+
+def collect(base: str, namespaces: Iterable[str] | None = None, now: float | None = None,
+            keep: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of ``base`` with liveness set (this host), dead ones marked / pruned, and notes."""
+    records, notes = rr.read_records(base, namespaces)
+    host = socket.gethostname()
+    records = rr.housekeep(records, host, time.time() if now is None else now,
+                           rr.keep_seconds() if keep is None else keep)
+    for rec in records:
+        if rec["alive"] and rec.get("namespace") != rr.LOCAL_NAMESPACE:
+            title = rr.process_title(rec["pid"])
+            actor = rr.ray_actor(title)
+            if actor is not None:
+                rec["title"], rec["actor_class"] = title, actor
+                rec["role"] = rr.VLLM_ACTORS.get(actor, rr.RAY_WORKER)
+    return records, notes
+
+
+def _key(rec: dict[str, Any]) -> tuple[str, int, Any]:
+    return rec.get("host", "?"), int(rec.get("pid", 0)), rec.get("proc_start")
+
+
+def merge(batches: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One entry per process (several nodes may read the same shared directory); a known liveness wins."""
+    out: dict[tuple[str, int, Any], dict[str, Any]] = {}
+    for batch in batches:
+        for rec in batch:
+            known = out.get(_key(rec))
+            if known is None or (known.get("alive") is None and rec.get("alive") is not None):
+                out[_key(rec)] = rec
+    return list(out.values())
+
+
+def who(rec: dict[str, Any]) -> str:
+    actor = f" {rec['actor_class']}" if rec.get("actor_class") else ""
+    return f"{rec.get('host')} pid {rec.get('pid')} ({rec.get('role')}{actor})"
+
+
+def active(rec: dict[str, Any]) -> bool:
+    return rec.get("alive") is not False
+
+
+def _driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    drivers = [r for r in records if r.get("role") == rr.DRIVER and active(r)]
+    return max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
+
+
+def _settings(rec: dict[str, Any]) -> dict[str, Any]:
+    disable = ",".join(sorted(p.strip() for p in str(rec.get("disable") or "").split(",") if p.strip()))
+    return {**{k: ("on" if v else "off") for k, v in (rec.get("gates") or {}).items()},
+            DISABLE_ENV: disable or "unset"}
+
+
+def _patch_problems(rec: dict[str, Any]) -> list[str]:
+    out = []
+    for pid, p in sorted((rec.get("patches") or {}).items()):
+        status = p.get("status")
+        if status == Status.REFUSED or (status not in DONE and status not in OFF and p.get("imported")):
+            module = str(p.get("target", "")).partition(":")[0]
+            out.append(f"{who(rec)}: patch {pid} is {status} although its module {module} was imported"
+                       + (f": {p.get('detail')}" if p.get("detail") else ""))
+    env = rec.get("plugin_env") or {}
+    allow = env.get("VLLM_PLUGINS")
+    on = [pid for pid, p in (rec.get("patches") or {}).items()
+          if p.get("status") not in OFF and str(p.get("target", "")).startswith(VLLM_TARGETS)]
+    if allow is not None and VLLM_ENTRY_POINT not in {x.strip() for x in allow.split(",")} and on:
+        out.append(f"{who(rec)}: VLLM_PLUGINS={allow!r} excludes {VLLM_ENTRY_POINT} while vLLM patches are on "
+                   f"({', '.join(sorted(on))}): vLLM processes started from here will not load the plugin. Fix: "
+                   f"add '{VLLM_ENTRY_POINT}' to VLLM_PLUGINS")
+    return out
+
+
+def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> dict[str, Any]:
+    """The status report of ``records`` (any hosts): processes, summary, by_role, problems, exit code."""
+    records = sorted(records, key=lambda r: (r.get("host", ""), str(r.get("role")), int(r.get("pid", 0))))
+    live = [r for r in records if active(r)]
+    summary: dict[str, Counter] = defaultdict(Counter)
+    by_role: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for rec in live:
+        for pid, p in (rec.get("patches") or {}).items():
+            summary[pid][p.get("status")] += 1
+            by_role[str(rec.get("role"))][pid][p.get("status")] += 1
+    problems: list[str] = []
+    for rec in live:
+        problems += _patch_problems(rec)
+    driver = _driver(live)
+    if live:
+        if driver is not None:
+            reference, ref_name = _settings(driver), f"driver {who(driver)}"
+        else:
+            counts = Counter(json.dumps(_settings(r), sort_keys=True) for r in live)
+            reference, ref_name = json.loads(counts.most_common(1)[0][0]), "most processes (no active driver record)"
+        for rec in live:
+            mine = _settings(rec)
+            diff = [f"{k}={mine.get(k, '-')} ({reference.get(k, '-')} in the reference)"
+                    for k in sorted(set(mine) | set(reference)) if mine.get(k) != reference.get(k)]
+            if diff:
+                problems.append(f"{who(rec)}: settings differ from {ref_name}: {'; '.join(diff)}")
+    versions: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for rec in live:
+        for dist, version in (rec.get("versions") or {}).items():
+            versions[dist][version].append(rec)
+    for dist, seen in sorted(versions.items()):
+        if len(seen) > 1:
+            parts = [f"{v} in {len(rs)} process(es) (e.g. {', '.join(who(r) for r in rs[:3])})"
+                     for v, rs in sorted(seen.items(), key=lambda kv: -len(kv[1]))]
+            problems.append(f"version skew: {dist} " + "; ".join(parts))
+    processes = [{
+        "host": r.get("host"), "pid": r.get("pid"), "role": r.get("role"), "actor_class": r.get("actor_class"),
+        "loaded_by": r.get("loaded_by"), "alive": r.get("alive"), "namespace": r.get("namespace"),
+        "started": r.get("started"), "dead_since": r.get("dead_since"), "versions": r.get("versions"),
+        "patches": {pid: p.get("status") for pid, p in sorted((r.get("patches") or {}).items())},
+    } for r in records]
+    return {
+        "processes": processes,
+        "summary": {pid: dict(sorted(c.items())) for pid, c in sorted(summary.items())},
+        "by_role": {role: {pid: dict(c) for pid, c in sorted(per.items())} for role, per in sorted(by_role.items())},
+        "driver": None if driver is None else {"host": driver.get("host"), "pid": driver.get("pid")},
+        "active": len(live), "dead": len(records) - len(live),
+        "notes": list(notes or []), "problems": problems, "exit_code": 1 if problems else 0,
+    }

@@ -1,0 +1,102 @@
+"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, export-check, recipe."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="verl-ascend", description="Ascend NPU extensions for verl.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor = sub.add_parser("doctor", help="predict what the plugin will do on this install")
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument("--ray", action="store_true",
+                        help="run the doctor on every alive node of a running Ray cluster and print the differences")
+    doctor.add_argument("--address", metavar="ADDR",
+                        help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
+    doctor.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
+                        help="with --ray: give up (exit 2) after this many seconds (default 120)")
+    vet = sub.add_parser("vet", help="predict every patch's status on a wheel, sdist or source tree, not installed")
+    vet.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
+                     help="a wheel, sdist or source directory of verl, vLLM or vLLM-Ascend (several: vetted together)")
+    vet.add_argument("--json", action="store_true", help="print one JSON object")
+    status = sub.add_parser("status", help="what really ran: the patch statuses every process recorded")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument("--dir", metavar="DIR",
+                        help="status directory (default: VERL_ASCEND_EXT_STATUS_DIR, else a per-user temp dir)")
+    status.add_argument("--ray", action="store_true", help="gather the records of every alive node of a Ray cluster")
+    status.add_argument("--address", metavar="ADDR",
+                        help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
+    status.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
+                        help="with --ray: give up (exit 2) after this many seconds (default 120)")
+    catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
+    catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
+    from verl_ascend_ext.features.checkpoint.cli import add_parser as add_export_check_parser
+    source = sub.add_parser("source", help="print the normalised source a fingerprint is matched against")
+    source.add_argument("target", metavar="MODULE:QUALNAME", help="e.g. vllm.v1.engine.core:EngineCore.wake_up")
+    from verl_ascend_ext.tooling.recipes.cli import add_parser as add_recipe_parser
+
+    add_recipe_parser(sub)
+    add_export_check_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    # parse_known_args: argparse loses what follows '--' inside a subcommand; `recipe check` takes it.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "recipe":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "doctor" and args.ray:
+        from verl_ascend_ext.tooling.cluster.doctor_ray import main as doctor_ray_main
+
+        return doctor_ray_main(address=args.address, as_json=args.json, timeout=args.timeout)
+    if args.command == "doctor" and args.address:
+        parser.error("--address needs --ray")
+    if args.command == "doctor":
+        from verl_ascend_ext.tooling.doctor import main as doctor_main
+
+        return doctor_main(as_json=args.json)
+    if args.command == "vet":
+        from verl_ascend_ext.tooling.vet import main as vet_main
+
+        return vet_main(args.artifacts, as_json=args.json)
+    if args.command == "status":
+        if args.address and not args.ray:
+            parser.error("--address needs --ray")
+        from verl_ascend_ext.tooling.status_cli import main as status_main
+
+        return status_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
+                           timeout=args.timeout)
+    if args.command == "recipe":
+        from verl_ascend_ext.tooling.recipes.cli import run as recipe_run
+
+        return recipe_run(args, extra)
+    if args.command == "export-check":
+        from verl_ascend_ext.features.checkpoint.cli import run as export_check_run
+
+        return export_check_run(args)
+    if args.command == "source":
+        from verl_ascend_ext.tooling.show_source import show
+
+        return show(args.target)
+    if args.command == "catalogue":
+        from pathlib import Path
+
+        from verl_ascend_ext.tooling.catalogue import render
+
+        text = render()
+        if args.check:
+            if Path(args.check).read_text(encoding="utf-8") != text:
+                print(f"{args.check} is stale: regenerate it with `verl-ascend catalogue > {args.check}`",
+                      file=sys.stderr)
+                return 1
+            return 0
+        sys.stdout.write(text)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

