@@ -13,7 +13,6 @@ second install of this package (a dist-info, optionally with the code) for the d
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import shutil
 from pathlib import Path
@@ -105,14 +104,6 @@ def full_node(base: Path, cann: str = "9.1.0", nnal_version: str = "9.1.0", driv
     driver_firmware(sysroot, driver=driver, firmware=firmware)
     env = set_env(toolkit(ascend, cann), nnal(ascend, nnal_version))
     env[SYSROOT_ENV] = str(sysroot)
-    return env
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any Ascend variable, plus ``extra``."""
-    drop = ("ASCEND_", "ATB_", "HCCL_", "PYTORCH_NPU_", SYSROOT_ENV)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(extra)
     return env
 
 

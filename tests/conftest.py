@@ -1,18 +1,19 @@
-"""Shared test helpers: run Python in a fresh subprocess (fresh imports, real entry points) and verl version checks."""
+"""Test-session hooks: the engine tier's collection switch and the verl release each test is for.
+
+Helpers live in plain modules next to this file (subprocesses.py, repo.py, ...), imported by name: pyproject's
+``[tool.pytest.ini_options] pythonpath = ["tests"]`` puts this directory on ``sys.path``.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
+from repo import verl_version
 
-REPO = Path(__file__).resolve().parents[1]
+# Which verl releases a test runs on, by marker; an unmarked test is for verl 0.9.0.
+RELEASES = {"verl091": ("0.9.1",), "anyverl": ("0.9.0", "0.9.1")}
+UNMARKED = ("0.9.0",)
 
 
 def _engine_venv() -> bool:
@@ -27,37 +28,20 @@ def _engine_venv() -> bool:
 collect_ignore = [] if _engine_venv() else ["engine"]
 
 
-def run_python(code: str, env: dict[str, str] | None = None, *, check: bool = True, timeout: float = 300,
-               pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter of this environment; ``env`` entries override os.environ."""
-    full_env = dict(os.environ)
-    for key in [k for k in full_env if k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_"))]:
-        del full_env[key]
-    full_env.pop("VERL_USE_EXTERNAL_PLUGINS", None)
-    full_env.update(env or {})
-    if pythonpath:
-        full_env["PYTHONPATH"] = pythonpath
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"subprocess failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr}")
-    return proc
+def releases_for(item: pytest.Item) -> tuple[str, ...]:
+    """The verl releases ``item`` is for: ``verl091`` -> 0.9.1, ``anyverl`` -> either, unmarked -> 0.9.0."""
+    for marker, releases in RELEASES.items():
+        if item.get_closest_marker(marker) is not None:
+            return releases
+    return UNMARKED
 
 
-def last_json(stdout: str) -> object:
-    """The JSON document printed on the last non-empty line of ``stdout``."""
-    return json.loads([line for line in stdout.splitlines() if line.strip()][-1])
-
-
-def verl_version() -> str:
-    return importlib.metadata.version("verl")
-
-
-@pytest.fixture
-def require_verl_090() -> None:
-    assert verl_version() == "0.9.0", f"this test is for verl 0.9.0, installed {verl_version()} (see scripts/test.sh)"
-
-
-@pytest.fixture
-def require_verl_091() -> None:
-    assert verl_version() == "0.9.1", f"this test is for verl 0.9.1, installed {verl_version()} (see scripts/test.sh)"
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test run on a verl release it is not for FAILS (never skips), naming the installed release."""
+    wanted = releases_for(item)
+    installed = verl_version()
+    if installed not in wanted:
+        pytest.fail(f"{item.nodeid} is for verl {' or '.join(wanted)}, but verl {installed} is installed: "
+                    f"scripts/test.sh runs each test on its release (unmarked: 0.9.0, `verl091`: 0.9.1, `anyverl`: "
+                    f"both); by hand: pip install --no-deps verl=={wanted[-1]} into this venv", pytrace=False)

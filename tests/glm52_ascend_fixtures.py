@@ -13,7 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import REPO, last_json, run_python
+from repo import REPO
+from subprocesses import last_json, run_python
 
 VERSION = "0.23.0"
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))

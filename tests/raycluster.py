@@ -2,8 +2,9 @@
 
 Every node is a separate raylet (own processes, own environment) on 127.0.0.1: Ray's own switch
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray pick the loopback address for every node, driver and
-worker. Nodes are started without any of this package's variables (removed from the environment while
-the cluster starts), so a variable a worker sees came through Ray, not from its raylet. No dashboard.
+worker. Nodes are started without the variables ``subprocesses.scrubbed_env`` removes (removed from the
+environment while the cluster starts), so a variable a worker sees came through Ray, not from its raylet.
+No dashboard.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import pytest
+from subprocesses import scrubbed, scrubbed_env
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-PACKAGE_PREFIXES = ("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL_PLUGINS")
 
 
 @contextmanager
@@ -26,7 +27,7 @@ def loopback_cluster(head_env: Mapping[str, str] | None = None) -> Iterator[obje
     from ray.cluster_utils import Cluster
 
     with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith(PACKAGE_PREFIXES)]:
+        for key in [k for k in os.environ if scrubbed(k)]:
             mp.delenv(key)
         for key, value in {**LOOPBACK, **(head_env or {})}.items():
             mp.setenv(key, value)
@@ -39,8 +40,5 @@ def loopback_cluster(head_env: Mapping[str, str] | None = None) -> Iterator[obje
 
 
 def driver_env(**extra: str) -> dict[str, str]:
-    """Environment for a driver subprocess: this one without the package's variables, on loopback, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PACKAGE_PREFIXES)}
-    env.update(LOOPBACK)
-    env.update(extra)
-    return env
+    """Environment for a driver subprocess: the scrubbed one (``subprocesses.scrubbed_env``), on loopback, ``extra``."""
+    return scrubbed_env({**LOOPBACK, **extra})

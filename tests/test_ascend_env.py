@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import pytest
 from ascend_trees import (
     ARCH,
     SYSROOT_ENV,
-    clean_env,
     driver_firmware,
     full_node,
     nnal,
@@ -27,7 +25,8 @@ from ascend_trees import (
     shadow_install,
     toolkit,
 )
-from conftest import REPO
+from repo import REPO
+from subprocesses import run_command
 
 from verl_ascend_ext.tooling.ascend_env.infofile import read_info
 from verl_ascend_ext.tooling.ascend_env.torch_npu_cann import TABLE, cann_for, compatibility
@@ -37,14 +36,8 @@ ASCEND_KEYS = {"cann", "nnal", "driver", "firmware", "npu_smi", "env"}
 
 
 def doctor_json(env: dict[str, str], pythonpath: str | None = None, cwd: Path = REPO) -> tuple[int, dict]:
-    full = clean_env(**env)
-    for key in [k for k in full if k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL"))]:
-        if key != SYSROOT_ENV:
-            del full[key]
-    if pythonpath:
-        full["PYTHONPATH"] = pythonpath
-    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", "--json"], env=full,
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", "--json"], env, check=False,
+                       timeout=120, pythonpath=pythonpath, cwd=cwd)
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -84,9 +77,8 @@ def test_nothing_installed_reads_null(tmp_path: Path) -> None:
 
 
 def test_text_report_shows_versions_and_where_they_were_read(tmp_path: Path) -> None:
-    env = clean_env(**full_node(tmp_path, cann="8.5.0"))
-    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor"], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor"],
+                       full_node(tmp_path, cann="8.5.0"), check=False, timeout=120, cwd=REPO)
     assert "Ascend environment" in proc.stdout
     line = next(x for x in proc.stdout.splitlines() if x.strip().startswith("CANN toolkit:"))
     assert "8.5.0" in line and "ascend_toolkit_install.info" in line and "via ASCEND_TOOLKIT_HOME" in line

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import REPO
+from repo import REPO
 
 from verl_ascend_ext.runtime.registry import registry
 from verl_ascend_ext.tooling.catalogue import render

@@ -16,22 +16,18 @@ the helper that drops them, so the patch applies on both.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO, last_json
+from repo import REPO
+from subprocesses import last_json, run_command
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "checkpoint.py")
 
 
 def run_scenario(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str] | None = None) -> dict:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
-    full.update(env or {})
     work = tmp_path_factory.mktemp("ckpt")
-    proc = subprocess.run([sys.executable, SCENARIO, str(work)], env=full, capture_output=True, text=True,
-                          timeout=300)
+    proc = run_command([sys.executable, SCENARIO, str(work)], env, check=False)
     assert proc.returncode == 0, proc.stderr
     return last_json(proc.stdout)
 

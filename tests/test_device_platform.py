@@ -7,12 +7,12 @@ discovery, platform auto-detection and ``set_expandable_segments`` run; only ``t
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_json, run_python, verl_version
+from repo import REPO
+from subprocesses import last_json, run_command, run_python
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "device_platform.py")
 DOUBLE = str(REPO / "tests" / "npu_double")
@@ -22,17 +22,9 @@ VERLS = "verl.plugin.platform.platform_npu.PlatformNPU"
 pytestmark = pytest.mark.anyverl
 
 
-@pytest.fixture(autouse=True)
-def _known_verl() -> None:
-    assert verl_version() in ("0.9.0", "0.9.1"), f"written for verl 0.9.0/0.9.1, installed {verl_version()}"
-
-
 def run_scenario(mode: str, env: dict[str, str] | None = None, extra_path: str = "") -> tuple[dict, str]:
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL", "VERL_PLATFORM"))}
-    full.update({"NPU_DOUBLE": mode, "PYTHONPATH": os.pathsep.join(p for p in (DOUBLE, extra_path) if p)})
-    full.update(env or {})
-    proc = subprocess.run([sys.executable, SCENARIO], env=full, capture_output=True, text=True, timeout=300)
+    proc = run_command([sys.executable, SCENARIO], {"NPU_DOUBLE": mode, **(env or {})}, check=False,
+                       pythonpath=os.pathsep.join(p for p in (DOUBLE, extra_path) if p))
     assert proc.returncode == 0, proc.stderr
     return last_json(proc.stdout), proc.stderr
 

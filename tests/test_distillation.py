@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO, last_json
+from repo import REPO
+from subprocesses import last_json, run_command
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "distillation.py")
 DISTILLATION_IDS = ("distill-fsdp2-topk", "padding-teacher-fields")
 
 
 def run_scenario(env: dict[str, str] | None = None) -> dict:
-    import os
-
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
-    full.update(env or {})
-    proc = subprocess.run([sys.executable, SCENARIO], env=full, capture_output=True, text=True, timeout=300)
+    proc = run_command([sys.executable, SCENARIO], env, check=False)
     assert proc.returncode == 0, proc.stderr
     out = last_json(proc.stdout)
     out["statuses"] = {k: v for k, v in out["statuses"].items() if k in DISTILLATION_IDS}
     return out
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_verl_090_with_plugin_both_fixes_applied() -> None:
     out = run_scenario()
     assert out["plugin_loaded"] is True
@@ -39,7 +34,6 @@ def test_verl_090_with_plugin_both_fixes_applied() -> None:
     assert pad["teacher_offsets_match_tokens"] is True
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_verl_090_without_plugin_reproduces_the_failures() -> None:
     out = run_scenario({"VERL_USE_EXTERNAL_PLUGINS": "none"})
     assert out["plugin_loaded"] is False
@@ -49,7 +43,6 @@ def test_verl_090_without_plugin_reproduces_the_failures() -> None:
     assert pad["teacher_offsets_match_tokens"] is False
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_gate_off_leaves_verl_untouched() -> None:
     out = run_scenario({"VERL_ASCEND_EXT_DISTILLATION_FIXES": "0"})
     assert out["statuses"] == {"distill-fsdp2-topk": "gate-off", "padding-teacher-fields": "gate-off"}
@@ -57,7 +50,6 @@ def test_gate_off_leaves_verl_untouched() -> None:
     assert out["fsdp2_equals_fsdp"].startswith("NotImplementedError")
 
 
-@pytest.mark.usefixtures("require_verl_090")
 @pytest.mark.parametrize("value", ["distill-fsdp2-topk", "*"])
 def test_kill_switch(value: str) -> None:
     out = run_scenario({"VERL_ASCEND_EXT_DISABLE": value})
@@ -67,7 +59,6 @@ def test_kill_switch(value: str) -> None:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_verl_091_fixed_upstream_nothing_wrapped() -> None:
     out = run_scenario()
     assert out["plugin_loaded"] is True

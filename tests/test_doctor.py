@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, last_json, run_python
+from repo import REPO
+from subprocesses import last_json, run_command, run_python
 
 NO_HEAVY_IMPORTS = """
 import json, sys
@@ -20,13 +21,8 @@ print(json.dumps({"code": code, "heavy": heavy}))
 
 
 def doctor(env: dict[str, str] | None = None, *args: str) -> subprocess.CompletedProcess[str]:
-    import os
-
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL", "VLLM_PLUGINS"))}
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", *args], env=full,
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    return run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "doctor", *args], env, check=False,
+                       timeout=120, cwd=REPO)
 
 
 def test_doctor_imports_neither_torch_nor_verl() -> None:
@@ -34,7 +30,6 @@ def test_doctor_imports_neither_torch_nor_verl() -> None:
     assert out["heavy"] == []
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_json_shape_and_predictions_on_verl_090() -> None:
     proc = doctor({}, "--json")
     report = json.loads(proc.stdout)
@@ -53,7 +48,6 @@ def test_json_shape_and_predictions_on_verl_090() -> None:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_predicts_fixed_upstream_on_verl_091() -> None:
     report = json.loads(doctor({}, "--json").stdout)
     patches = {p["id"]: p["status"] for p in report["patches"]}

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from subprocesses import run_command
 
 from verl_ascend_ext.features.checkpoint.export_check import (
     ExportCheckError,
@@ -309,10 +310,8 @@ def test_warn_and_off_never_raise(tmp_path: Path, caplog: pytest.LogCaptureFixtu
 
 
 def cli(*args: str, mode: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_ASCEND_EXT_")}
-    if mode is not None:
-        env["VERL_ASCEND_EXT_EXPORT_CHECK"] = mode
-    return subprocess.run([CLI, "export-check", *args], env=env, capture_output=True, text=True, timeout=120)
+    env = {} if mode is None else {"VERL_ASCEND_EXT_EXPORT_CHECK": mode}
+    return run_command([CLI, "export-check", *args], env, check=False, timeout=120)
 
 
 def test_cli_exit_codes_and_report(tmp_path: Path) -> None:
@@ -346,7 +345,7 @@ def test_cli_imports_no_torch(tmp_path: Path) -> None:
     reference = write_checkpoint(tmp_path / "reference", tensors(), config=GLM)
     code = ("import sys; from verl_ascend_ext.tooling.cli import main; rc = main(['export-check', sys.argv[1], "
             "'--reference', sys.argv[1]]); print(rc, sorted(m for m in ('torch', 'verl') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code, str(reference)], capture_output=True, text=True, timeout=120)
+    proc = run_command([sys.executable, "-c", code, reference], check=False, timeout=120)
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stderr
 
 

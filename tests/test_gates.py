@@ -67,7 +67,7 @@ def test_disable_unknown_id_names_it_and_the_known_ones() -> None:
 
 def test_bad_value_stops_import_verl_with_the_message() -> None:
     """verl swallows plugin exceptions at DEBUG; a bad gate must still stop the process, loudly."""
-    from conftest import run_python
+    from subprocesses import run_python
 
     proc = run_python("import verl\nprint('survived')", {"VERL_VLLM_ASCEND_GLM52_PATCH": "sometimes"}, check=False)
     assert proc.returncode != 0

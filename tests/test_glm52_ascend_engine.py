@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python
 from glm52_ascend_fixtures import GATE, released_sources
+from subprocesses import last_json, run_python
 
 DEVICE_OP = '''
 class Base:
@@ -162,7 +162,6 @@ def test_feature_module_imports_nothing_heavy() -> None:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_doctor_predicts_already_applied_where_verl_091_carries_the_fix() -> None:
     out = last_json(run_python(DOCTOR, {GATE: "1"}, pythonpath=str(released_sources())).stdout)
     assert out.pop("glm52-ascend-indexer-scale-cp") == "will-apply"  # verl's copy does not cover the CP path

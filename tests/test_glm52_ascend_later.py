@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python
 from glm52_ascend_fixtures import copy_tree, mutate
+from subprocesses import last_json, run_python
 
 from verl_ascend_ext.tooling.vet import vet
 

@@ -7,20 +7,19 @@ add-and-norm normalises the unrounded float32 sum, as the issue describes the NP
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO, last_json
 from glm52_ascend_fixtures import released_sources
+from repo import REPO
+from subprocesses import last_json, run_command
 
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_ascend_maths.py"
 
 
 @pytest.fixture(scope="module")
 def maths() -> dict:
-    proc = subprocess.run([sys.executable, str(SCENARIO), str(released_sources())], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_command([sys.executable, SCENARIO, released_sources()], check=False)
     assert proc.returncode == 0, proc.stderr
     return last_json(proc.stdout)
 

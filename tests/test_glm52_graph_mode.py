@@ -9,13 +9,13 @@ The guard tests show the engine refusing a replacement dynamo would bypass.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_json, run_python
 from glm52_ascend_fixtures import released_sources
+from repo import REPO
+from subprocesses import last_json, run_command, run_python
 
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_ascend_compiled.py"
 TRACED = {"glm52-ascend-rmsnorm-add-then-norm", "glm52-ascend-indexer-scale-base", "glm52-ascend-indexer-scale-a5",
@@ -27,17 +27,11 @@ BACKENDS = ("eager", "inductor")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tree = released_sources()
     work = tmp_path_factory.mktemp("compiled")
-    env = {"PYTHONPATH": str(tree), "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")}
-    proc = subprocess.run([sys.executable, str(SCENARIO), str(tree), str(work)], capture_output=True, text=True,
-                          timeout=1200, env={**_clean_env(), **env})
+    proc = run_command([sys.executable, str(SCENARIO), str(tree), str(work)],
+                       {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")}, check=False, timeout=1200,
+                       pythonpath=str(tree))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return last_json(proc.stdout)
-
-
-def _clean_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_"))}
 
 
 def test_engine_applies_plain_functions_once_and_restores(compiled: dict) -> None:

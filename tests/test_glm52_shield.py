@@ -10,15 +10,14 @@ plugin show what the shield changes. The engine part (mark, re-apply, unpatch) r
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_json, run_python, verl_version
 from packaging.version import Version
+from repo import REPO
+from subprocesses import last_json, run_command, run_python
 from test_glm52_vllm_core import GATE, IDS, PINNED, later_releases, released_core
 
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_shield.py"
@@ -50,16 +49,13 @@ def mutated_copies(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
     """{mode: {label: result}} for every later release, the pinned one and the mutated copies."""
-    assert verl_version() == "0.9.1", "verl 0.9.1 is not installed (scripts/test.sh swaps it in for verl091 tests)"
     paths = {v: str(released_core(v)) for v in [PINNED, *later_releases()]}
     paths.update(mutated_copies(tmp_path_factory.mktemp("mutated")))
     by_path = {p: label for label, p in paths.items()}
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL"))}
 
     def one(mode: str) -> dict[str, dict]:
-        proc = subprocess.run([sys.executable, str(SCENARIO), mode, *paths.values()], env={**base, GATE: "1"},
-                              capture_output=True, text=True, timeout=600)
+        proc = run_command([sys.executable, str(SCENARIO), mode, *paths.values()], {GATE: "1"}, check=False,
+                           timeout=600)
         assert proc.returncode == 0, f"scenario {mode} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         return {by_path[p]: r for p, r in last_json(proc.stdout).items()}
 
@@ -68,7 +64,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_verl_copy_alone_raises_where_its_string_checks_miss(runs: dict) -> None:
     alone = runs["verl-alone"]
     raised = {v for v in later_releases() if alone[v]["error"]}
@@ -77,7 +72,6 @@ def test_verl_copy_alone_raises_where_its_string_checks_miss(runs: dict) -> None
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 @pytest.mark.parametrize("version", later_releases())
 def test_verl_copy_stands_down_where_ours_recognises_the_fix(version: str, runs: dict) -> None:
     got = runs["with-ours"][version]
@@ -90,7 +84,6 @@ def test_verl_copy_stands_down_where_ours_recognises_the_fix(version: str, runs:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_pinned_release_ours_applies_and_verl_stands_down(runs: dict) -> None:
     got = runs["with-ours"][PINNED]
     assert got["error"] is None and got["statuses"] == dict.fromkeys(IDS, "applied"), got
@@ -101,7 +94,6 @@ def test_pinned_release_ours_applies_and_verl_stands_down(runs: dict) -> None:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 @pytest.mark.parametrize("label", sorted(MUTATIONS))
 def test_unknown_code_both_refuse(label: str, runs: dict) -> None:
     ours = runs["with-ours"][label]

@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_json
+from repo import REPO
+from subprocesses import last_json, run_command
 
 from verl_ascend_ext.features.glm52.vllm import declaration as glm52_vllm
 from verl_ascend_ext.patching import engine
@@ -175,7 +176,6 @@ def test_both_diffs_leave_nothing_to_carry(tmp_path: Path, monkeypatch: pytest.M
 
 # ---- doctor -------------------------------------------------------------------------------------
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_doctor_lists_each_item_with_its_prediction() -> None:
     from verl_ascend_ext.tooling.doctor import build_report
 
@@ -186,7 +186,6 @@ def test_doctor_lists_each_item_with_its_prediction() -> None:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_doctor_predicts_verls_in_tree_copy() -> None:
     from verl_ascend_ext.tooling.doctor import build_report
 
@@ -203,13 +202,10 @@ def test_doctor_predicts_verls_in_tree_copy() -> None:
 
 def run_scenarios(runs: dict[str, tuple[str, dict[str, str]]]) -> dict[str, dict]:
     """Run scenario modes concurrently, each in a fresh interpreter (vLLM's import costs ~8 s)."""
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VERL_USE_EXTERNAL"))}
 
     def one(mode_env: tuple[str, dict[str, str]]) -> dict:
         mode, env = mode_env
-        proc = subprocess.run([sys.executable, str(SCENARIO), mode], env={**base, **env}, capture_output=True,
-                              text=True, timeout=400)
+        proc = run_command([sys.executable, str(SCENARIO), mode], env, check=False, timeout=400)
         assert proc.returncode == 0, f"scenario {mode} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
         return last_json(proc.stdout)
 
@@ -226,7 +222,6 @@ def engine_runs() -> dict[str, dict]:
     return run_scenarios({"on": ("engine", {GATE: "1"}), "off": ("engine", {GATE: "0"})})
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_real_classes_patched_with_gate_on(engine_runs: dict) -> None:
     parent = engine_runs["on"]["parent"]
     assert parent["statuses"] == dict.fromkeys(IDS, "applied")
@@ -235,7 +230,6 @@ def test_real_classes_patched_with_gate_on(engine_runs: dict) -> None:
     assert parent["entry"] == "verl_ascend_ext.features.glm52.vllm.patch_code.run_engine_core"
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_weights_only_wake_does_not_resume_full_wake_resumes_once(engine_runs: dict) -> None:
     wake = engine_runs["on"]["wake"]
     assert wake["weights_only"] == [0, True]  # KV cache still asleep: scheduler stays paused
@@ -244,13 +238,11 @@ def test_weights_only_wake_does_not_resume_full_wake_resumes_once(engine_runs: d
     assert wake["rpc"] == ["sleep", "wake_up", "wake_up", "sleep", "wake_up"]  # executor calls unchanged
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_no_dummy_forward_while_asleep(engine_runs: dict) -> None:
     assert engine_runs["on"]["dummy_asleep"] == 0
     assert engine_runs["on"]["dummy_awake"] == 1
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_gate_off_leaves_vllm_untouched_and_reproduces_the_bug(engine_runs: dict) -> None:
     off = engine_runs["off"]
     assert off["parent"]["statuses"] == dict.fromkeys(IDS, "gate-off")
@@ -260,7 +252,6 @@ def test_gate_off_leaves_vllm_untouched_and_reproduces_the_bug(engine_runs: dict
     assert off["dummy_asleep"] == 1  # and runs a dummy forward on a sleeping executor
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_spawned_engine_core_children_gate_on(engine_runs: dict) -> None:
     spawn = engine_runs["on"]["spawn"]
     assert spawn["exitcodes"] == [0, 0, 0]
@@ -275,7 +266,6 @@ def test_spawned_engine_core_children_gate_on(engine_runs: dict) -> None:
     assert gate_off["wake_up_layers"] == 0 and gate_off["dummy_own_attribute"] is False
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_spawned_engine_core_children_gate_off(engine_runs: dict) -> None:
     spawn = engine_runs["off"]["spawn"]
     assert spawn["exitcodes"] == [0, 0]
@@ -284,7 +274,6 @@ def test_spawned_engine_core_children_gate_off(engine_runs: dict) -> None:
     assert spawn["plugin"]["wake_up_layers"] == 0
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_unpatch_deletes_the_inherited_wrapper(engine_runs: dict) -> None:
     undone = engine_runs["on"]["unpatch"]
     assert undone["restored"] == dict.fromkeys(IDS, True)
@@ -300,7 +289,6 @@ def order_runs() -> dict[str, dict]:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 @pytest.mark.parametrize("first", ["ours", "verl"])
 def test_each_target_patched_once_in_either_order(first: str, order_runs: dict) -> None:
     run = order_runs[first]

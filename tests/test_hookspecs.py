@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pluggy
 import pytest
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 from verl_ascend_ext.runtime.hookspecs import hookimpl

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 LOADERS = {
     "verl": "import verl",
@@ -64,7 +64,6 @@ ORDERS = [p for n in (2, 3) for p in itertools.permutations(["verl", "verl_ep", 
           if "verl" in p or "target" in p]
 
 
-@pytest.mark.usefixtures("require_verl_090")
 @pytest.mark.parametrize("order", ORDERS[:24], ids="-".join)
 def test_each_target_wrapped_once_whatever_the_load_order(order: tuple[str, ...]) -> None:
     code = "\n".join(LOADERS[name] for name in (*order, *order)) + CHECK
@@ -75,7 +74,6 @@ def test_each_target_wrapped_once_whatever_the_load_order(order: tuple[str, ...]
     assert out["loaded_by"], "the plugin never booted"
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_apply_twice_in_process_is_a_no_op() -> None:
     code = """
     import json, verl

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from ascend_trees import full_node
-from conftest import REPO
 from raycluster import driver_env, loopback_cluster
+from repo import REPO
+from subprocesses import run_command
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.anyverl
 
 
 def doctor_ray(address: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, "doctor", "--ray", "--address", address, *args], env=driver_env(),
-                          capture_output=True, text=True, timeout=180, cwd=REPO)
+    return run_command([CLI, "doctor", "--ray", "--address", address, *args], driver_env(), check=False, timeout=180,
+                       cwd=REPO)
 
 
 def test_a_raylet_with_another_cann_tree_fails_the_cluster_doctor(tmp_path: Path) -> None:

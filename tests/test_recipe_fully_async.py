@@ -19,7 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python, verl_version
+from repo import verl_version
+from subprocesses import last_json, run_command, run_python, scrubbed_env
 
 from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN
 from verl_ascend_ext.tooling.recipes import get_recipe
@@ -53,12 +54,8 @@ UPSTREAM_PINS = {
 
 
 def script_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VERL_ASCEND_", "VERL_VLLM_ASCEND_", "DEVICE", "DRY_RUN", "NNODES_", "RAY_ADDRESS"))}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHON"] = sys.executable
-    env.update(extra)
-    return env
+    """What a recipe script runs with: the scrubbed environment, this venv first on PATH, ``extra``."""
+    return scrubbed_env({"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHON": sys.executable, **extra})
 
 
 def emitted(**env: str) -> tuple[str, list[str]]:
@@ -194,8 +191,7 @@ def test_missing_search_path_is_reported_with_the_fix() -> None:
 
 
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(get_recipe(NAME).script), *args], capture_output=True, text=True, timeout=300,
-                          env=script_env(**env))
+    return run_command(["bash", get_recipe(NAME).script, *args], script_env(**env), check=False)
 
 
 def test_dry_run_prints_the_exact_fully_async_launch_command() -> None:
@@ -266,9 +262,8 @@ def test_launch_overrides_compose_under_a_real_hydra_main_from_any_directory(tmp
     elsewhere.mkdir()
 
     def launch(args: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(app), f"--config-name={CONFIG}", *args,
-                               f"hydra.run.dir={tmp_path / 'out'}"], capture_output=True, text=True, cwd=elsewhere,
-                              timeout=120, env=script_env(VERL_USE_EXTERNAL_PLUGINS="none"))
+        return run_command([sys.executable, app, f"--config-name={CONFIG}", *args, f"hydra.run.dir={tmp_path / 'out'}"],
+                           script_env(VERL_USE_EXTERNAL_PLUGINS="none"), check=False, timeout=120, cwd=elsewhere)
 
     ok = launch(overrides)
     assert ok.returncode == 0, ok.stderr

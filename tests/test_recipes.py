@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_json, run_python, verl_version
+from repo import REPO, verl_version
+from subprocesses import last_json, run_command, run_python, scrubbed_env
 
 from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN
 from verl_ascend_ext.tooling.recipes import get_recipe, list_recipes
@@ -30,12 +31,8 @@ SHARED_SHELL = sorted((REPO / "verl_ascend_ext" / "tooling" / "recipes").glob("_
 
 
 def script_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VERL_ASCEND_", "VERL_VLLM_ASCEND_", "DEVICE", "DRY_RUN"))}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHON"] = sys.executable
-    env.update(extra)
-    return env
+    """What a recipe script runs with: the scrubbed environment, this venv first on PATH, ``extra``."""
+    return scrubbed_env({"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHON": sys.executable, **extra})
 
 
 def recipe_overrides(name: str, **env: str) -> tuple[str, list[str]]:
@@ -133,7 +130,6 @@ def test_clean_recipe_reports_nothing_and_widening_is_allowed() -> None:
     assert {f.override for f in result.findings if f.status == WARN} == {"actor_rollout_ref.rollout.top_p=1.0"}
 
 
-@pytest.mark.usefixtures("require_verl_091")
 @pytest.mark.verl091
 def test_grad_offload_key_removed_in_091_is_reported() -> None:
     """Upstream's Qwen3.5 script sets megatron.grad_offload, which verl 0.9.1 removed; our recipe does not."""
@@ -152,14 +148,12 @@ def _r2_findings():
     return router_replay_findings(result.config, result.setters)
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_r2_refused_on_verl_090_without_model_scoped_r2() -> None:
     (finding,) = _r2_findings()
     assert finding.status == ERROR and "refusing R2" in finding.detail and "#7805" in finding.detail
     assert finding.override == "actor_rollout_ref.actor.megatron.router_replay.mode=R2"
 
 
-@pytest.mark.usefixtures("require_verl_091")
 @pytest.mark.verl091
 def test_r2_accepted_on_verl_091_recognised_by_code() -> None:
     (finding,) = _r2_findings()
@@ -230,8 +224,8 @@ def test_manifest_match_version_mismatch_and_commit_mismatch_told_apart(tmp_path
 # ---- the run scripts ----
 
 def _dry_run(name: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(get_recipe(name).script), *args], capture_output=True, text=True,
-                          timeout=300, env=script_env(DRY_RUN="1", VERL_ASCEND_RECIPE_DEVICE_CHECK="0", **env))
+    return run_command(["bash", get_recipe(name).script, *args],
+                       script_env(DRY_RUN="1", VERL_ASCEND_RECIPE_DEVICE_CHECK="0", **env), check=False)
 
 
 @pytest.mark.parametrize("name", MAIN_PPO_RECIPES)
@@ -269,9 +263,7 @@ def test_qwen_per_device_defaults_overridable() -> None:
 
 
 def test_glm_script_stops_without_npu_when_device_check_is_on() -> None:
-    env = script_env(DRY_RUN="1")
-    proc = subprocess.run(["bash", str(get_recipe("glm5_2_megatron").script)], capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = run_command(["bash", get_recipe("glm5_2_megatron").script], script_env(DRY_RUN="1"), check=False)
     assert proc.returncode == 3
     assert "is for Ascend NPUs only, and no NPU is available" in proc.stderr
     assert "VERL_ASCEND_RECIPE_DEVICE_CHECK=0" in proc.stderr and proc.stdout == ""
@@ -299,14 +291,12 @@ def test_scripts_are_shellcheck_clean() -> None:
 
 def test_cli_list_show_and_unknown_recipe() -> None:
     verl_ascend = str(BIN / "verl-ascend")
-    listed = json.loads(subprocess.run([verl_ascend, "recipe", "list", "--json"], capture_output=True, text=True,
-                                       check=True).stdout)
+    listed = json.loads(run_command([verl_ascend, "recipe", "list", "--json"]).stdout)
     assert [r["name"] for r in listed] == list(RECIPES)
-    shown = json.loads(subprocess.run([verl_ascend, "recipe", "show", "glm5_2_megatron", "--json"],
-                                      capture_output=True, text=True, check=True, env=script_env()).stdout)
+    shown = json.loads(run_command([verl_ascend, "recipe", "show", "glm5_2_megatron", "--json"], script_env()).stdout)
     assert shown["overrides"] == recipe_overrides("glm5_2_megatron")[1]
     assert {p["name"] for p in shown["packages"]} >= {"vllm-ascend", "Megatron-LM", "MegatronAdaptor", "MindSpeed"}
-    bad = subprocess.run([verl_ascend, "recipe", "check", "nope"], capture_output=True, text=True)
+    bad = run_command([verl_ascend, "recipe", "check", "nope"], check=False)
     assert bad.returncode == 2 and "no recipe named 'nope'" in bad.stderr
 
 

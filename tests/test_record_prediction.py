@@ -3,7 +3,7 @@ is the same as one made after (no hidden global filled by the registry)."""
 
 from __future__ import annotations
 
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 PREDICT_ALL = """
 import importlib.metadata, json, sys

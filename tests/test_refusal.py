@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 LOSSES = "trainer/distillation/losses.py"
 PADDING = "trainer/ppo/padding_utils.py"
@@ -64,7 +64,6 @@ print(json.dumps({"code": code, "patches": {p["id"]: p for p in report["patches"
 """
 
 
-@pytest.mark.usefixtures("require_verl_090")
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
 def test_mutated_target_refused_in_process_and_by_doctor_alike(tmp_path: Path, name: str) -> None:
     pid, path, old, new = MUTATIONS[name]
@@ -86,7 +85,6 @@ def test_mutated_target_refused_in_process_and_by_doctor_alike(tmp_path: Path, n
     assert predicted["patches"][pid]["detail"] == message
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_refusal_at_discovery_stops_the_process(tmp_path: Path) -> None:
     """A target already imported when verl loads the plugin must not be swallowed by verl's DEBUG-level catch."""
     pid, path, old, new = MUTATIONS["topk-no-raise"]
@@ -102,7 +100,6 @@ def test_refusal_at_discovery_stops_the_process(tmp_path: Path) -> None:
     assert f"refused patch '{pid}'" in proc.stderr
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_unparsable_target_file_is_predicted_refused_not_a_crash(tmp_path: Path) -> None:
     shadow = mutated_verl(tmp_path, LOSSES, "def compute_topk_loss(", "def broken(:\n\ndef compute_topk_loss(")
     predicted = last_json(run_python(DOCTOR, pythonpath=str(shadow)).stdout)
@@ -112,7 +109,6 @@ def test_unparsable_target_file_is_predicted_refused_not_a_crash(tmp_path: Path)
     assert "does not parse" in detail and str(shadow / "verl" / LOSSES) in detail
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_refusal_is_logged_even_when_the_importer_swallows_it(tmp_path: Path) -> None:
     """Some importers catch exceptions (verl wraps optional imports in try/except); the refusal must still show."""
     pid, path, old, new = MUTATIONS["topk-no-raise"]

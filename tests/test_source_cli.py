@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 from verl_ascend_ext.features.weight_sync.declaration import KV_BARRIER, UPDATE_WEIGHTS
 from verl_ascend_ext.patching import engine

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import last_json, run_python
+from subprocesses import last_json, run_python
 
 SNAPSHOT = "import json, sys, verl\nprint(json.dumps(sorted(sys.modules)))"
 ALLOWED_PREFIXES = ("verl_ascend_ext", "pluggy", "wrapt", "packaging")

@@ -17,7 +17,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import last_json, run_python, verl_version
+from repo import verl_version
+from subprocesses import last_json, run_command, run_python, scrubbed_env
 
 from verl_ascend_ext.runtime import process_record as rr
 from verl_ascend_ext.runtime.status_report import aggregate, collect
@@ -277,8 +278,7 @@ def test_a_foreign_owned_status_directory_is_not_read(tmp_path: Path) -> None:
 
 
 def status_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, "status", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return run_command([CLI, "status", *args], env, check=False, timeout=120)
 
 
 def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
@@ -346,14 +346,12 @@ sys.stdin.read()
 """
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_status_names_the_live_process_that_refused(tmp_path: Path) -> None:
     from test_refusal import MUTATIONS, mutated_verl
 
     pid_, path, old, new = MUTATIONS["topk-renamed"]
     shadow = mutated_verl(tmp_path, path, old, new)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
-    env.update(PYTHONPATH=str(shadow), VERL_ASCEND_EXT_STATUS_DIR=str(tmp_path / "status"))
+    env = scrubbed_env({"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path / "status")}, pythonpath=str(shadow))
     proc = subprocess.Popen([sys.executable, "-c", SWALLOWING_IMPORTER], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:

@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
 from glm52_ascend_fixtures import copy_tree, mutate
+from repo import REPO
+from subprocesses import run_command
 
 SCRIPT = REPO / "scripts" / "survey_vllm_ascend_tags.py"
 WORKER = "vllm_ascend/patch/worker/__init__.py"
@@ -42,8 +43,7 @@ def make_repo(root: Path) -> Path:
 
 def test_survey_lists_each_tag_after_the_base_with_its_statuses(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(repo / ".git"), "--include-after", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_command([sys.executable, SCRIPT, repo / ".git", "--include-after", "--json"], check=False)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["ref"] for r in rows] == ["v0.23.0", "v0.24.0rc1"]
@@ -51,13 +51,12 @@ def test_survey_lists_each_tag_after_the_base_with_its_statuses(tmp_path: Path) 
     assert {i: p["status"] for i, p in rows[0]["patches"].items()} == dict.fromkeys(rows[0]["patches"], "will-apply")
     capture = rows[1]["patches"]["glm52-ascend-routed-experts-capture"]
     assert capture["status"] == "refused" and "what changed" in capture["detail"]
-    table = subprocess.run([sys.executable, str(SCRIPT), str(repo / ".git")], capture_output=True, text=True,
-                           timeout=300).stdout
+    table = run_command([sys.executable, SCRIPT, repo / ".git"], check=False).stdout
     row = table.splitlines()[2]
     assert row.startswith("| `v0.24.0rc1` 0.24.0rc1 (") and len(row.split("|")) == 10  # ref + 7 records
     assert "- `v0.24.0rc1` `glm52-ascend-routed-experts-capture`" in table
 
 
 def test_not_a_git_directory_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    proc = run_command([sys.executable, SCRIPT, tmp_path], check=False, timeout=60)
     assert proc.returncode == 2 and "not a git directory" in proc.stderr

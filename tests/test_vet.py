@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-import pytest
 from glm52_ascend_fixtures import copy_tree, mutate, released_sources
+from subprocesses import run_command
 from test_glm52_vllm_core import released_core
 
 from verl_ascend_ext.patching.engine import predict
@@ -81,7 +80,6 @@ def test_vllm_ascend_0_23_wheel_will_apply() -> None:
     assert report["foreign_copies"] == []
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_verl_0_9_0_wheel_as_doctor_predicts_on_the_installed_0_9_0() -> None:
     report, code = vet([artifact("verl-0.9.0-*.whl")])
     verl_ids = distribution_ids("verl")
@@ -140,15 +138,14 @@ def test_mutated_source_directory_is_refused_exit_1(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path / "vllm-ascend")
     mutate(tree, "vllm_ascend/ops/layernorm.py", "torch_npu.npu_add_rms_norm(x, residual",
            "torch_npu.npu_add_rms_norm_v2(x, residual")
-    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", str(tree), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", tree, "--json"], check=False,
+                       timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     refused = {p["id"]: p["detail"] for p in report["patches"] if p["status"] == "refused"}
     assert list(refused) == ["glm52-ascend-rmsnorm-add-then-norm"]
     assert str(tree / "vllm_ascend/ops/layernorm.py") in refused["glm52-ascend-rmsnorm-add-then-norm"]
-    text = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", str(tree)], capture_output=True,
-                          text=True, timeout=120)
+    text = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", tree], check=False, timeout=120)
     assert text.returncode == 1 and "A GATED PATCH WOULD BE REFUSED (exit 1)" in text.stdout
 
 
@@ -182,8 +179,8 @@ def test_unusable_input_exit_2(tmp_path: Path) -> None:
         assert code == 2 and report["errors"][0].startswith(path) and message in report["errors"][0], report
     twice, code = vet([artifact("vllm-0.23.0-*.whl"), artifact("vllm-0.33.0-*.whl")])
     assert code == 2 and "package 'vllm' is also in" in twice["errors"][0]
-    proc = subprocess.run([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", str(tmp_path / "notes.txt")],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_command([sys.executable, "-m", "verl_ascend_ext.tooling.cli", "vet", tmp_path / "notes.txt"],
+                       check=False, timeout=120)
     assert proc.returncode == 2 and "UNUSABLE INPUT (exit 2)" in proc.stdout
 
 

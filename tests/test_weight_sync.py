@@ -9,12 +9,11 @@ resume cannot happen before rank 0 finished offloading; without it, it does. Ful
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO, last_json
+from repo import REPO
+from subprocesses import last_json, run_command
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "weight_sync.py")
 IDS = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc",
@@ -22,10 +21,7 @@ IDS = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-s
 
 
 def run_scenario(tmp_path, env: dict[str, str] | None = None) -> tuple[dict, dict]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_ASCEND_EXT_", "VERL_USE_EXTERNAL"))}
-    full.update(env or {})
-    proc = subprocess.run([sys.executable, SCENARIO, str(tmp_path)], env=full, capture_output=True, text=True,
-                          timeout=300)
+    proc = run_command([sys.executable, SCENARIO, str(tmp_path)], env, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rank0, rank1 = last_json(proc.stdout)["ranks"]
     for rank in (rank0, rank1):
@@ -34,7 +30,6 @@ def run_scenario(tmp_path, env: dict[str, str] | None = None) -> tuple[dict, dic
     return rank0, rank1
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_verl_090_with_plugin_barrier_and_no_full_gc(tmp_path) -> None:
     rank0, rank1 = run_scenario(tmp_path)
     for rank in (rank0, rank1):
@@ -48,7 +43,6 @@ def test_verl_090_with_plugin_barrier_and_no_full_gc(tmp_path) -> None:
     assert rank1["at"]["resume:kv_cache"] - rank1["at"]["offloaded"] > 2.0
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_verl_090_without_plugin_races_and_collects(tmp_path) -> None:
     rank0, rank1 = run_scenario(tmp_path, {"VERL_USE_EXTERNAL_PLUGINS": "none"})
     assert rank0["statuses"] == {} and rank0["wrapped"] == {"update_weights": False, "cleanup": False}
@@ -57,7 +51,6 @@ def test_verl_090_without_plugin_races_and_collects(tmp_path) -> None:
 
 
 @pytest.mark.verl091
-@pytest.mark.usefixtures("require_verl_091")
 def test_verl_091_fixed_upstream_nothing_wrapped(tmp_path) -> None:
     rank0, rank1 = run_scenario(tmp_path)
     for rank in (rank0, rank1):
@@ -67,7 +60,6 @@ def test_verl_091_fixed_upstream_nothing_wrapped(tmp_path) -> None:
     assert rank1["at"]["resume:kv_cache"] >= rank0["at"]["offloaded"]
 
 
-@pytest.mark.usefixtures("require_verl_090")
 def test_light_empty_cache_stands_down_without_the_update_weights_replacement(tmp_path) -> None:
     """The light clean-up is triggered by the kv-barrier replacement (a ContextVar it sets): killing that one
     switches the light one off too, in-process and in doctor's prediction, instead of leaving it inert."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from subprocesses import scrubbed_env
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "probe"
@@ -76,16 +77,9 @@ class Run:
 
 
 def clean_env(env: dict[str, str], pythonpath: str | None = None) -> dict[str, str]:
-    """This environment without the plugin's, verl's plugin policy and vLLM's variables, then ``env`` over it."""
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_", "VLLM_", "VERL_USE_EXTERNAL_PLUGINS"))}
-    full.pop("PYTHONPATH", None)
-    full.update({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # the process_state probe is a callable (collective_rpc)
-                 "TOKENIZERS_PARALLELISM": "false"})
-    full.update(env)
-    if pythonpath:
-        full["PYTHONPATH"] = pythonpath
-    return full
+    """The scrubbed environment (``subprocesses.scrubbed_env``) with what every engine run needs, ``env`` over it."""
+    return scrubbed_env({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # the process_state probe is a callable
+                         "TOKENIZERS_PARALLELISM": "false", **env}, pythonpath=pythonpath)
 
 
 def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, timeout: float = 900,

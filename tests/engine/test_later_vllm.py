@@ -18,6 +18,7 @@ import pytest
 from enginetier import GATE, MODEL, SETUP, shared_run
 from test_engine import layers, ok, the_engine
 
+pytestmark = pytest.mark.verl091  # the engine venvs hold verl 0.9.1 (scripts/setup_vllm_engine.sh)
 LATER = "0.26.0"
 LATER_PY = "VERL_ASCEND_EXT_VLLM_LATER_PY"
 IDS = ("glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-forward-asleep", "glm52-vllm-engine-core-entry")
