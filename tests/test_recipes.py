@@ -26,7 +26,7 @@ from verl_ascend_ext.tooling.recipes.manifest import check_manifest, load_manife
 BIN = Path(sys.executable).parent
 RECIPES = ("glm5_2_megatron", "glm5_2_megatron_fully_async", "qwen3_5_35b_megatron")
 MAIN_PPO_RECIPES = ("glm5_2_megatron", "qwen3_5_35b_megatron")  # the fully-async one: test_recipe_fully_async.py
-SHARED_SHELL = sorted((REPO / "verl_ascend_ext" / "recipes").glob("_*.sh"))  # sourced by the run scripts
+SHARED_SHELL = sorted((REPO / "verl_ascend_ext" / "tooling" / "recipes").glob("_*.sh"))  # sourced by the run scripts
 
 
 def script_env(**extra: str) -> dict[str, str]:
