@@ -2,9 +2,9 @@
 # What both GLM-5.2 recipes (glm5_2_megatron, glm5_2_megatron_fully_async) share: how GLM-5.2 trains on
 # Megatron/MindSpeed and rolls out on vLLM-Ascend, its paths, and the launch for Ascend NPUs only.
 # Sourced (not run) by their run.sh, after ../_launch.sh. When sourced it sets the defaults below (an
-# environment variable of the same name wins); the run.sh then sets its own sizes (TP EP CP
-# MAX_RESPONSE_LENGTH N_RESPONSES, CKPT_DIR EXP_NAME, ...), calls glm5_2_megatron_overrides and places
-# the GLM5_2_* arrays it fills among its own overrides.
+# environment variable of the same name wins); the run.sh then sets its own (nodes, batch size, TP EP CP,
+# MAX_RESPONSE_LENGTH and MAX_MODEL_LEN, CKPT_DIR, EXP_NAME, ...), calls glm5_2_megatron_overrides and
+# places the GLM5_2_* arrays it fills among its own overrides.
 # shellcheck disable=SC2034  # the variables and arrays are read by the run.sh that sources this file
 
 # Ascend NPUs only: recipe_main (../_launch.sh) stops (exit 3) when no NPU is visible, unless
