@@ -1,15 +1,71 @@
 # shellcheck shell=bash
-# The Hydra overrides both GLM-5.2 recipes (glm5_2_megatron, glm5_2_megatron_fully_async) share: how
-# GLM-5.2 trains on Megatron/MindSpeed and rolls out on vLLM-Ascend. Sourced (not run) by their run.sh,
-# which calls glm5_2_megatron_overrides once its sizes are set (PP TP EP ETP CP PP_LAYOUT MAX_MODEL_LEN
-# N_RESPONSES INFER_TP INFER_DP INFER_EP) and places the arrays it fills among its own overrides.
-# shellcheck disable=SC2034  # the arrays are read by the run.sh that sources this file
+# What both GLM-5.2 recipes (glm5_2_megatron, glm5_2_megatron_fully_async) share: how GLM-5.2 trains on
+# Megatron/MindSpeed and rolls out on vLLM-Ascend, its paths, and the launch for Ascend NPUs only.
+# Sourced (not run) by their run.sh, after ../_launch.sh. When sourced it sets the defaults below (an
+# environment variable of the same name wins); the run.sh then sets its own (nodes, batch size, TP EP CP,
+# MAX_RESPONSE_LENGTH and MAX_MODEL_LEN, CKPT_DIR, EXP_NAME, ...), calls glm5_2_megatron_overrides and
+# places the GLM5_2_* arrays it fills among its own overrides.
+# shellcheck disable=SC2034  # the variables and arrays are read by the run.sh that sources this file
 
+# Ascend NPUs only: recipe_main (../_launch.sh) stops (exit 3) when no NPU is visible, unless
+# VERL_ASCEND_RECIPE_DEVICE_CHECK=0.
+RECIPE_NPU_ONLY=1
+
+# ---- paths and sizes both recipes default alike ----
+MODEL_PATH=${MODEL_PATH:-$HOME/models/GLM-5.2}
+TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k/train.parquet}
+VAL_FILE=${VAL_FILE:-$TRAIN_FILE}
+PROJECT_NAME=${PROJECT_NAME:-verl_grpo_glm5_2}
+# -1 (upstream's choice) never saves; with a positive SAVE_FREQ every save exports HF weights and runs
+# the export check that makes checkpoint.strict=False safe.
+SAVE_FREQ=${SAVE_FREQ:--1}
+PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-16}
+N_RESPONSES=${N_RESPONSES:-8}
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-2048}
+# Megatron pipeline and expert-tensor parallel sizes; vLLM-Ascend's parallelism (its EP must equal TP*DP).
+PP=${PP:-8}
+# Pipeline layout for PP=8 over GLM-5.2's layers (E = embedding, t = transformer layer, L = loss);
+# change it together with PP.
+PP_LAYOUT=${PP_LAYOUT:-Et*10|t*12|t*8|t*8|t*12|t*12|t*12|t*4L}
+ETP=${ETP:-1}
+INFER_TP=${INFER_TP:-8}
+INFER_DP=${INFER_DP:-8}
+INFER_EP=${INFER_EP:-64}
+
+# Fills the GLM5_2_* arrays once the run.sh has set its sizes and CKPT_DIR, EXP_NAME, MAX_MODEL_LEN.
 glm5_2_megatron_overrides() {
     local tc=actor_rollout_ref.actor.megatron.override_transformer_config
+    ROLLOUT_DATA_DIR=${ROLLOUT_DATA_DIR:-$CKPT_DIR/rollout_data}
+    # The launch command carries the GLM-5.2 patch gate the run.sh exports.
+    LAUNCH_ENV=("VERL_VLLM_ASCEND_GLM52_PATCH=$VERL_VLLM_ASCEND_GLM52_PATCH")
 
-    # The end of the ACTOR overrides.
+    # The head of DATA (the batch sizes are the run.sh's).
+    GLM5_2_DATA=(
+        data.train_files="$TRAIN_FILE"
+        data.val_files="$VAL_FILE"
+        data.max_prompt_length="$MAX_PROMPT_LENGTH"
+        data.max_response_length="$MAX_RESPONSE_LENGTH"
+        data.filter_overlong_prompts=False
+        data.truncation=left
+        +data.apply_chat_template_kwargs.enable_thinking=False
+    )
+
+    GLM5_2_MODEL=(
+        actor_rollout_ref.nccl_timeout=7200
+        actor_rollout_ref.model.path="$MODEL_PATH"
+        actor_rollout_ref.model.use_remove_padding=False
+        actor_rollout_ref.model.use_fused_kernels=False
+    )
+
+    # The ACTOR overrides but its loss (KL, clip ratios, loss mode) and learning-rate schedule.
     GLM5_2_ACTOR=(
+        actor_rollout_ref.actor.strategy=megatron
+        actor_rollout_ref.actor.optim.lr=1e-6
+        actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE"
+        actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1
+        actor_rollout_ref.actor.ppo_max_token_len_per_gpu="$MAX_MODEL_LEN"
+        actor_rollout_ref.actor.use_dynamic_bsz=False
+        actor_rollout_ref.actor.use_torch_compile=False
         # GLM-5.2's MTP layers are not trained here and are omitted from the exported HF weights, so a
         # strict export check would fail on them. strict=False alone would hide any other missing
         # weight: verl-ascend-ext's export check (VERL_ASCEND_EXT_EXPORT_CHECK, checkpoint feature)
@@ -102,5 +158,20 @@ glm5_2_megatron_overrides() {
         ++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_cpu_binding=True
         +actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_mode=FULL_DECODE_ONLY
         "+actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes=[2,4,8,16,24,32,64]"
+    )
+
+    # The TRAINER overrides but its node layout and loggers.
+    GLM5_2_TRAINER=(
+        trainer.device=npu
+        trainer.project_name="$PROJECT_NAME"
+        trainer.experiment_name="$EXP_NAME"
+        trainer.default_local_dir="$CKPT_DIR"
+        trainer.rollout_data_dir="$ROLLOUT_DATA_DIR"
+        trainer.resume_mode=auto
+        trainer.save_freq="$SAVE_FREQ"
+        trainer.test_freq=-1
+        trainer.val_before_train=False
+        trainer.balance_batch=False
+        trainer.total_epochs=100
     )
 }

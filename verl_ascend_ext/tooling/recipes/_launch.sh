@@ -3,8 +3,9 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/../_launch.sh"
 # so it is found the same from the wheel, a non-editable install and a checkout.
 #
-# A run.sh sets RECIPE, ENTRY (the module it launches), CONFIG_NAME and OVERRIDES (its
-# Hydra overrides), then calls, in order:
+# A run.sh sets RECIPE, ENTRY (the module it launches), CONFIG_NAME, OVERRIDES (its Hydra overrides) and,
+# where it needs them, LAUNCH_ENV (VAR=value the command carries), CHECK_ARGS (more arguments of the
+# preflight) and RECIPE_NPU_ONLY=1, then calls `recipe_main "$@"`, which runs, in order:
 #   recipe_emit_overrides                 VERL_ASCEND_RECIPE_EMIT=overrides: print them and exit 0
 #   recipe_device_check_on / recipe_require_npu        VERL_ASCEND_RECIPE_DEVICE_CHECK, the NPU probe
 #   recipe_launch "$@"                    preflight with CHECK_ARGS (--script "$SCRIPT_PATH" first), then
@@ -13,6 +14,11 @@
 PYTHON=${PYTHON:-python3}
 VERL_ASCEND=${VERL_ASCEND:-verl-ascend}
 MAIN_PPO=verl.trainer.main_ppo
+# The run.sh being run: the outermost file bash reads (also when a shared file sources this one).
+SCRIPT_PATH=${BASH_SOURCE[-1]}
+LAUNCH_ENV=()
+CHECK_ARGS=()
+RECIPE_NPU_ONLY=0
 
 # Read by `verl-ascend recipe check` (verl_ascend_ext/tooling/recipes/compose.py: script_overrides): the config
 # name, qualified "<entry module>:<config name>" when the entry is not verl's main_ppo (the checker
@@ -65,4 +71,19 @@ recipe_launch() {
         exit 0
     fi
     exec "${cmd[@]}"
+}
+
+# The steps above in order; "$@": the user's extra Hydra overrides. With the device check on, a recipe for
+# NPUs only (RECIPE_NPU_ONLY=1) probes for one here; the others leave the device to the preflight.
+recipe_main() {
+    recipe_emit_overrides
+    CHECK_ARGS=(--script "$SCRIPT_PATH" "${CHECK_ARGS[@]}")
+    if recipe_device_check_on; then
+        if [ "$RECIPE_NPU_ONLY" = 1 ]; then
+            recipe_require_npu
+        fi
+    else
+        CHECK_ARGS+=(--no-device)
+    fi
+    recipe_launch "$@"
 }

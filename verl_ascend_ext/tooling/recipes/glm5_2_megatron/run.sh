@@ -11,7 +11,12 @@
 # Launch on the Ray head node of a running 32-node cluster (see README.md):
 #   MODEL_PATH=/models/GLM-5.2 TRAIN_FILE=/data/dapo-math-17k.parquet bash run.sh [extra Hydra overrides...]
 set -euo pipefail
-# Shared by the recipes: the launch steps (../_launch.sh) and GLM-5.2's overrides (../_glm5_2_megatron.sh).
+RECIPE=glm5_2_megatron
+CONFIG_NAME=ppo_megatron_trainer
+ENTRY=verl.trainer.main_ppo
+# Shared by the recipes: the launch steps (../_launch.sh) and what the GLM-5.2 recipes share
+# (../_glm5_2_megatron.sh: its defaults of MODEL_PATH TRAIN_FILE VAL_FILE PROJECT_NAME SAVE_FREQ
+# PPO_MINI_BATCH_SIZE N_RESPONSES MAX_PROMPT_LENGTH PP ETP INFER_TP INFER_DP INFER_EP PP_LAYOUT, its overrides).
 HERE=$(dirname "${BASH_SOURCE[0]}")
 [ -f "$HERE/../_launch.sh" ] || { echo "error: $0 sources ../_launch.sh and finds none in $HERE/..: keep an" \
     "edited run.sh in a folder beside the shipped recipes (verl-ascend recipe show prints them)." >&2; exit 2; }
@@ -20,43 +25,21 @@ source "$HERE/../_launch.sh"
 # shellcheck source=SCRIPTDIR/../_glm5_2_megatron.sh
 source "$HERE/../_glm5_2_megatron.sh"
 
-RECIPE=glm5_2_megatron
-SCRIPT_PATH="${BASH_SOURCE[0]}"
-
 # The GLM-5.2 vLLM-Ascend patch set (verl's in-tree one on verl 0.9.1, verl-ascend-ext's elsewhere).
 export VERL_VLLM_ASCEND_GLM52_PATCH=1
 
 # ---- paths and sizes (environment variables, with defaults; PYTHON, VERL_ASCEND: ../_launch.sh) ----
-MODEL_PATH=${MODEL_PATH:-$HOME/models/GLM-5.2}
-SAVE_FREQ=${SAVE_FREQ:--1}
-TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k/train.parquet}
-VAL_FILE=${VAL_FILE:-$TRAIN_FILE}
 CKPT_DIR=${CKPT_DIR:-$HOME/ckpt/glm5_2_grpo}
-ROLLOUT_DATA_DIR=${ROLLOUT_DATA_DIR:-$CKPT_DIR/rollout_data}
-PROJECT_NAME=${PROJECT_NAME:-verl_grpo_glm5_2}
 EXP_NAME=${EXP_NAME:-glm5_2_megatron_32nodes}
-
 NNODES=${NNODES:-32}
 NPUS_PER_NODE=${NPUS_PER_NODE:-16}  # 8 cards x 2 dies
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-64}
-PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-16}
-N_RESPONSES=${N_RESPONSES:-8}
-MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-2048}
 MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-6144}
 MAX_MODEL_LEN=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
-
-# Training parallelism (Megatron) and inference parallelism (vLLM-Ascend; its EP must equal TP*DP).
-PP=${PP:-8}
+# Training parallelism (Megatron; PP and ETP: ../_glm5_2_megatron.sh).
 TP=${TP:-8}
 EP=${EP:-64}
-ETP=${ETP:-1}
 CP=${CP:-1}
-INFER_TP=${INFER_TP:-8}
-INFER_DP=${INFER_DP:-8}
-INFER_EP=${INFER_EP:-64}
-# Pipeline layout for PP=8 over GLM-5.2's layers (E = embedding, t = transformer layer, L = loss);
-# change it together with PP.
-PP_LAYOUT=${PP_LAYOUT:-Et*10|t*12|t*8|t*8|t*12|t*12|t*12|t*4L}
 
 # ---- Hydra overrides ----
 # Read by `verl-ascend recipe check` too (VERL_ASCEND_RECIPE_EMIT=overrides): this is the one copy,
@@ -69,21 +52,8 @@ RAY=(
 )
 
 DATA=(
-    data.train_files="$TRAIN_FILE"
-    data.val_files="$VAL_FILE"
+    "${GLM5_2_DATA[@]}"
     data.train_batch_size="$TRAIN_BATCH_SIZE"
-    data.max_prompt_length="$MAX_PROMPT_LENGTH"
-    data.max_response_length="$MAX_RESPONSE_LENGTH"
-    data.filter_overlong_prompts=False
-    data.truncation=left
-    +data.apply_chat_template_kwargs.enable_thinking=False
-)
-
-MODEL=(
-    actor_rollout_ref.nccl_timeout=7200
-    actor_rollout_ref.model.path="$MODEL_PATH"
-    actor_rollout_ref.model.use_remove_padding=False
-    actor_rollout_ref.model.use_fused_kernels=False
 )
 
 ALGORITHM=(
@@ -98,13 +68,7 @@ ALGORITHM=(
 )
 
 ACTOR=(
-    actor_rollout_ref.actor.strategy=megatron
-    actor_rollout_ref.actor.optim.lr=1e-6
-    actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE"
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1
-    actor_rollout_ref.actor.ppo_max_token_len_per_gpu="$MAX_MODEL_LEN"
-    actor_rollout_ref.actor.use_dynamic_bsz=False
-    actor_rollout_ref.actor.use_torch_compile=False
+    "${GLM5_2_ACTOR[@]}"
     # KL loss against the reference policy (not KL in the reward).
     actor_rollout_ref.actor.use_kl_loss=True
     actor_rollout_ref.actor.kl_loss_coef=0.002
@@ -112,7 +76,6 @@ ACTOR=(
     actor_rollout_ref.actor.clip_ratio_low=0.2
     actor_rollout_ref.actor.clip_ratio_high=0.28
     actor_rollout_ref.actor.clip_ratio_c=10.0
-    "${GLM5_2_ACTOR[@]}"
 )
 
 ROLLOUT=(
@@ -121,37 +84,14 @@ ROLLOUT=(
 )
 
 TRAINER=(
-    trainer.device=npu
     trainer.nnodes="$NNODES"
     trainer.n_gpus_per_node="$NPUS_PER_NODE"
     "trainer.logger=[\"console\"]"
-    trainer.project_name="$PROJECT_NAME"
-    trainer.experiment_name="$EXP_NAME"
-    trainer.default_local_dir="$CKPT_DIR"
-    trainer.rollout_data_dir="$ROLLOUT_DATA_DIR"
-    trainer.resume_mode=auto
-    # -1 (upstream's choice) never saves; with a positive SAVE_FREQ every save exports HF weights and
-    # runs the export check that makes checkpoint.strict=False safe.
-    trainer.save_freq="$SAVE_FREQ"
-    trainer.test_freq=-1
-    trainer.val_before_train=False
-    trainer.balance_batch=False
-    trainer.total_epochs=100
+    "${GLM5_2_TRAINER[@]}"
 )
 
-ENTRY=verl.trainer.main_ppo
-CONFIG_NAME=ppo_megatron_trainer
-OVERRIDES=("${RAY[@]}" "${DATA[@]}" "${MODEL[@]}" "${ALGORITHM[@]}" "${ACTOR[@]}" "${GLM5_2_TRANSFORMER[@]}"
+OVERRIDES=("${RAY[@]}" "${DATA[@]}" "${GLM5_2_MODEL[@]}" "${ALGORITHM[@]}" "${ACTOR[@]}" "${GLM5_2_TRANSFORMER[@]}"
            "${GLM5_2_REF[@]}" "${ROLLOUT[@]}" "${TRAINER[@]}")
 
-recipe_emit_overrides
-
 # ---- device check (Ascend NPUs only), preflight against the installed verl and manifest.toml, launch ----
-CHECK_ARGS=(--script "$SCRIPT_PATH")
-if recipe_device_check_on; then
-    recipe_require_npu
-else
-    CHECK_ARGS+=(--no-device)
-fi
-LAUNCH_ENV=("VERL_VLLM_ASCEND_GLM52_PATCH=$VERL_VLLM_ASCEND_GLM52_PATCH")
-recipe_launch "$@"
+recipe_main "$@"

@@ -13,7 +13,12 @@
 # Launch on the Ray head node of a running 32-node cluster (see README.md):
 #   MODEL_PATH=/models/GLM-5.2 TRAIN_FILE=/data/dapo-math-17k.parquet bash run.sh [extra Hydra overrides...]
 set -euo pipefail
-# Shared by the recipes: the launch steps (../_launch.sh) and GLM-5.2's overrides (../_glm5_2_megatron.sh).
+RECIPE=glm5_2_megatron_fully_async
+CONFIG_NAME=fully_async_ppo_megatron_trainer
+ENTRY=verl.experimental.fully_async_policy.fully_async_main
+# Shared by the recipes: the launch steps (../_launch.sh) and what the GLM-5.2 recipes share
+# (../_glm5_2_megatron.sh: its defaults of MODEL_PATH TRAIN_FILE VAL_FILE PROJECT_NAME SAVE_FREQ
+# PPO_MINI_BATCH_SIZE N_RESPONSES MAX_PROMPT_LENGTH PP ETP INFER_TP INFER_DP INFER_EP PP_LAYOUT, its overrides).
 HERE=$(dirname "${BASH_SOURCE[0]}")
 [ -f "$HERE/../_launch.sh" ] || { echo "error: $0 sources ../_launch.sh and finds none in $HERE/..: keep an" \
     "edited run.sh in a folder beside the shipped recipes (verl-ascend recipe show prints them)." >&2; exit 2; }
@@ -22,57 +27,50 @@ source "$HERE/../_launch.sh"
 # shellcheck source=SCRIPTDIR/../_glm5_2_megatron.sh
 source "$HERE/../_glm5_2_megatron.sh"
 
-RECIPE=glm5_2_megatron_fully_async
-SCRIPT_PATH="${BASH_SOURCE[0]}"
+# The fully-async config finds verl's trainer config through a search path relative to the working
+# directory (verl's repository root); this makes it the installed verl's, wherever this runs.
+# (find_spec locates verl without importing it.)
+if ! VERL_TRAINER_CONFIG=$("$PYTHON" -c 'import importlib.util, os, sys
+spec = importlib.util.find_spec("verl")
+if spec is None:
+    sys.exit("verl is not installed for " + sys.executable)
+print(os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config"))'); then
+    echo "error: $RECIPE needs verl installed for PYTHON='$PYTHON'." >&2
+    exit 2
+fi
 
 # The GLM-5.2 vLLM-Ascend patch set (verl's in-tree one on verl 0.9.1, verl-ascend-ext's elsewhere);
 # it includes the guard against scheduling after a weights-only wake-up that async training needs.
 export VERL_VLLM_ASCEND_GLM52_PATCH=1
 
 # ---- paths and sizes (environment variables, with defaults; PYTHON, VERL_ASCEND: ../_launch.sh) ----
-MODEL_PATH=${MODEL_PATH:-$HOME/models/GLM-5.2}
-SAVE_FREQ=${SAVE_FREQ:--1}
-TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k/train.parquet}
-VAL_FILE=${VAL_FILE:-$TRAIN_FILE}
 CKPT_DIR=${CKPT_DIR:-$HOME/ckpt/glm5_2_fully_async}
-ROLLOUT_DATA_DIR=${ROLLOUT_DATA_DIR:-$CKPT_DIR/rollout_data}
-PROJECT_NAME=${PROJECT_NAME:-verl_grpo_glm5_2}
 EXP_NAME=${EXP_NAME:-glm5_2_megatron_16train_16rollout_fully_async}
-# Ray cluster to join ("auto": the running one); empty leaves ray_init.address unset. Not RAY_ADDRESS,
-# which Ray reads itself and clusters often set to the dashboard's job-submission address.
-RAY_ADDRESS_OVERRIDE=${RAY_ADDRESS_OVERRIDE-auto}
 
 # Two disjoint resource pools: training (trainer.*) and rollout (rollout.*), whole nodes each.
 NNODES_TRAIN=${NNODES_TRAIN:-16}
 NNODES_ROLLOUT=${NNODES_ROLLOUT:-16}
 NPUS_PER_NODE_TRAIN=${NPUS_PER_NODE_TRAIN:-16}  # 8 cards x 2 dies
 NPUS_PER_NODE_ROLLOUT=${NPUS_PER_NODE_ROLLOUT:-16}
-
-# Training parallelism (Megatron): 256 dies / (TP*PP*CP = 128) = data parallel 2.
-PP=${PP:-8}
-TP=${TP:-4}
-EP=${EP:-32}
-ETP=${ETP:-1}
-CP=${CP:-4}
-# Inference parallelism (vLLM-Ascend; its EP must equal TP*DP): 256 dies / 64 = 4 replicas.
-INFER_TP=${INFER_TP:-8}
-INFER_DP=${INFER_DP:-8}
-INFER_EP=${INFER_EP:-64}
-# Pipeline layout for PP=8 over GLM-5.2's layers (E = embedding, t = transformer layer, L = loss);
-# change it together with PP.
-PP_LAYOUT=${PP_LAYOUT:-Et*10|t*12|t*8|t*8|t*12|t*12|t*12|t*4L}
+# Ray cluster to join ("auto": the running one); empty leaves ray_init.address unset. Not RAY_ADDRESS,
+# which Ray reads itself and clusters often set to the dashboard's job-submission address.
+RAY_ADDRESS_OVERRIDE=${RAY_ADDRESS_OVERRIDE-auto}
 
 # Batches: the trainer consumes mini-batches from the rollout queue, so data.train_batch_size is 0
 # and the rollouter generates GEN_BATCH_SIZE prompts at a time.
 GEN_BATCH_SIZE=${GEN_BATCH_SIZE:-1}
-PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-16}
-N_RESPONSES=${N_RESPONSES:-8}
 REQUIRE_BATCHES=${REQUIRE_BATCHES:-1}
 TRIGGER_PARAMETER_SYNC_STEP=${TRIGGER_PARAMETER_SYNC_STEP:-4}
 STALENESS_THRESHOLD=${STALENESS_THRESHOLD:-0.3}
 PARTIAL_ROLLOUT=${PARTIAL_ROLLOUT:-True}
 TOTAL_ROLLOUT_STEPS=${TOTAL_ROLLOUT_STEPS:-$((TRIGGER_PARAMETER_SYNC_STEP * REQUIRE_BATCHES * PPO_MINI_BATCH_SIZE * 100))}
-MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-2048}
+
+# Training parallelism (Megatron; PP=8 and ETP: ../_glm5_2_megatron.sh): 256 dies / (TP*PP*CP = 128) =
+# data parallel 2. Inference (vLLM-Ascend, TP8 x DP8 there): 256 dies / 64 = 4 replicas.
+TP=${TP:-4}
+EP=${EP:-32}
+CP=${CP:-4}
+
 MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-32768}
 MAX_MODEL_LEN=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))
 
@@ -88,19 +86,6 @@ ROLLOUT_IS_BATCH_NORMALIZE=${ROLLOUT_IS_BATCH_NORMALIZE:-False}
 ROLLOUT_RS=${ROLLOUT_RS:-seq_mean_k1}
 ROLLOUT_RS_THRESHOLD=${ROLLOUT_RS_THRESHOLD:-0.98_1.02}
 
-ENTRY=verl.experimental.fully_async_policy.fully_async_main
-CONFIG_NAME=fully_async_ppo_megatron_trainer
-# The fully-async config finds verl's trainer config through a search path relative to the working
-# directory (verl's repository root); this makes it the installed verl's, wherever this runs.
-# (find_spec locates verl without importing it.)
-if ! VERL_TRAINER_CONFIG=$("$PYTHON" -c 'import importlib.util, os, sys
-spec = importlib.util.find_spec("verl")
-if spec is None:
-    sys.exit("verl is not installed for " + sys.executable)
-print(os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config"))'); then
-    echo "error: $RECIPE needs verl installed for PYTHON='$PYTHON'." >&2
-    exit 2
-fi
 
 # ---- Hydra overrides ----
 # Read by `verl-ascend recipe check` too (VERL_ASCEND_RECIPE_EMIT=overrides): this is the one copy,
@@ -120,24 +105,15 @@ if [ -n "$RAY_ADDRESS_OVERRIDE" ]; then
 fi
 
 DATA=(
-    data.train_files="$TRAIN_FILE"
-    data.val_files="$VAL_FILE"
+    "${GLM5_2_DATA[@]}"
     data.train_batch_size=0
     data.gen_batch_size="$GEN_BATCH_SIZE"
-    data.max_prompt_length="$MAX_PROMPT_LENGTH"
-    data.max_response_length="$MAX_RESPONSE_LENGTH"
-    data.filter_overlong_prompts=False
-    data.truncation=left
-    +data.apply_chat_template_kwargs.enable_thinking=False
 )
 
 MODEL=(
-    actor_rollout_ref.nccl_timeout=7200
-    actor_rollout_ref.model.path="$MODEL_PATH"
+    "${GLM5_2_MODEL[@]}"
     # Training and rollout on separate nodes: no hybrid (colocated) engine.
     actor_rollout_ref.hybrid_engine=False
-    actor_rollout_ref.model.use_remove_padding=False
-    actor_rollout_ref.model.use_fused_kernels=False
 )
 
 ALGORITHM=(
@@ -152,14 +128,8 @@ ALGORITHM=(
 )
 
 ACTOR=(
-    actor_rollout_ref.actor.strategy=megatron
-    actor_rollout_ref.actor.optim.lr=1e-6
+    "${GLM5_2_ACTOR[@]}"
     actor_rollout_ref.actor.optim.lr_decay_steps="$TOTAL_ROLLOUT_STEPS"
-    actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE"
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1
-    actor_rollout_ref.actor.ppo_max_token_len_per_gpu="$MAX_MODEL_LEN"
-    actor_rollout_ref.actor.use_dynamic_bsz=False
-    actor_rollout_ref.actor.use_torch_compile=False
     # The trainer uses the rollout's log-probs as the old policy (the rollout may be stale).
     actor_rollout_ref.actor.use_rollout_log_probs=True
     actor_rollout_ref.actor.policy_loss.loss_mode="$LOSS_MODE"
@@ -169,7 +139,6 @@ ACTOR=(
     actor_rollout_ref.actor.clip_ratio_low="$CLIP_RATIO_LOW"
     actor_rollout_ref.actor.clip_ratio_high="$CLIP_RATIO_HIGH"
     actor_rollout_ref.actor.clip_ratio_c=10.0
-    "${GLM5_2_ACTOR[@]}"
 )
 
 ROLLOUT=(
@@ -184,6 +153,13 @@ ROLLOUT=(
     +actor_rollout_ref.rollout.engine_kwargs.vllm.safetensors_load_strategy=lazy
 )
 
+TRAINER=(
+    trainer.nnodes="$NNODES_TRAIN"
+    trainer.n_gpus_per_node="$NPUS_PER_NODE_TRAIN"
+    "trainer.logger=[\"console\",\"tensorboard\"]"
+    "${GLM5_2_TRAINER[@]}"
+)
+
 ASYNC=(
     rollout.nnodes="$NNODES_ROLLOUT"
     rollout.n_gpus_per_node="$NPUS_PER_NODE_ROLLOUT"
@@ -194,36 +170,8 @@ ASYNC=(
     async_training.partial_rollout="$PARTIAL_ROLLOUT"
 )
 
-TRAINER=(
-    trainer.device=npu
-    trainer.nnodes="$NNODES_TRAIN"
-    trainer.n_gpus_per_node="$NPUS_PER_NODE_TRAIN"
-    "trainer.logger=[\"console\",\"tensorboard\"]"
-    trainer.project_name="$PROJECT_NAME"
-    trainer.experiment_name="$EXP_NAME"
-    trainer.default_local_dir="$CKPT_DIR"
-    trainer.rollout_data_dir="$ROLLOUT_DATA_DIR"
-    trainer.resume_mode=auto
-    # -1 (upstream's choice) never saves; with a positive SAVE_FREQ every save exports HF weights and
-    # runs the export check that makes checkpoint.strict=False safe.
-    trainer.save_freq="$SAVE_FREQ"
-    trainer.test_freq=-1
-    trainer.val_before_train=False
-    trainer.balance_batch=False
-    trainer.total_epochs=100
-)
-
 OVERRIDES=("${HYDRA[@]}" "${RAY[@]}" "${DATA[@]}" "${MODEL[@]}" "${ALGORITHM[@]}" "${ACTOR[@]}"
            "${GLM5_2_TRANSFORMER[@]}" "${GLM5_2_REF[@]}" "${ROLLOUT[@]}" "${ASYNC[@]}" "${TRAINER[@]}")
 
-recipe_emit_overrides
-
 # ---- device check (Ascend NPUs only), preflight against the installed verl and manifest.toml, launch ----
-CHECK_ARGS=(--script "$SCRIPT_PATH")
-if recipe_device_check_on; then
-    recipe_require_npu
-else
-    CHECK_ARGS+=(--no-device)
-fi
-LAUNCH_ENV=("VERL_VLLM_ASCEND_GLM52_PATCH=$VERL_VLLM_ASCEND_GLM52_PATCH")
-recipe_launch "$@"
+recipe_main "$@"
