@@ -13,11 +13,11 @@ import json
 import pytest
 
 import verl_ascend_ext.patching.prediction as prediction
-from verl_ascend_ext.tooling import doctor, vet
 from verl_ascend_ext.patching.record import ACTIVE, DONE, NEEDS_ATTENTION, OFF, Status
 from verl_ascend_ext.patching.source import find_module_file
 from verl_ascend_ext.runtime.findings import ERROR, OK, Finding, Severity
 from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.tooling import doctor, vet
 from verl_ascend_ext.tooling.cluster.doctor_ray import problems
 from verl_ascend_ext.tooling.recipes import get_recipe
 from verl_ascend_ext.tooling.recipes.check import _expected_patch_findings
