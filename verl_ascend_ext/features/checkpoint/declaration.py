@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
-from verl_ascend_ext.patching.gates import GateValueError
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -102,31 +100,8 @@ def verl_ascend_ext_import_hooks() -> list[tuple[str, object]]:
     return [(MANAGER, _validate_mode)]
 
 
-def _strict_finding() -> Finding:
-    from verl_ascend_ext.patching.source import definition_in_file, find_module_file
-    from verl_ascend_ext.runtime.findings import OK, WARN, Finding
-
-    path = find_module_file("verl.trainer.config.config")
-    definition = definition_in_file(path, "CheckpointConfig") if path else None
-    if definition is None:
-        return Finding.check("checkpoint.strict", WARN, "verl.trainer.config.config:CheckpointConfig not found; "
-                             "cannot tell whether verl has it")
-    found = re.search(r"^\s*strict: bool = (\w+)", definition.text, re.M)
-    if not found:
-        return Finding.check("checkpoint.strict", WARN, f"CheckpointConfig at {definition.where} has no 'strict' field")
-    return Finding.check("checkpoint.strict", OK, f"verl's own option (CheckpointConfig.strict, default "
-                         f"{found.group(1)}, {definition.where}); passed to bridge.save_hf_weights unchanged")
-
-
 @hookimpl
 def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
-    from verl_ascend_ext.features.checkpoint.mode import MODE_ENV, export_check_mode
-    from verl_ascend_ext.runtime.findings import ERROR, INFO, OK, Finding
+    from verl_ascend_ext.features.checkpoint.checks import doctor_findings
 
-    try:
-        mode = export_check_mode(environ)
-        mode_finding = Finding.check("export check", OK if mode != "off" else INFO,
-                                     f"{MODE_ENV}={mode}" + (" (default)" if MODE_ENV not in environ else ""))
-    except GateValueError as err:
-        mode_finding = Finding.check("export check", ERROR, str(err))
-    return [_strict_finding(), mode_finding]
+    return doctor_findings(environ)

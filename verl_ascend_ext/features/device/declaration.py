@@ -107,7 +107,7 @@ def verl_ascend_ext_import_hooks() -> list[tuple[str, Callable[[ModuleType], Non
 
 @hookimpl
 def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
-    from verl_ascend_ext.features.device.static import platform_finding
+    from verl_ascend_ext.features.device.checks import platform_finding
 
     try:
         on = parse_bool(GATE.env, environ[GATE.env]) if GATE.env in environ else GATE.default

@@ -1,4 +1,5 @@
-"""What the device hooks will do on this install, read from verl's installed source (doctor; no imports)."""
+"""The device feature's doctor checks: what its hooks will do on this install, read from verl's installed source
+(no imports of verl or torch)."""
 
 from __future__ import annotations
 
