@@ -57,7 +57,7 @@ def test_doctor_and_recipe_check_report_what_predict_all_predicts(calls: list, e
     assert calls[0].statuses == prediction.predict_all(registry().records, environ).statuses  # nothing cached
 
     findings = _expected_patch_findings(recipe_manifest(), environ)
-    assert len(calls) == 3  # the recipe check's own call, then the comparison above
+    assert len(calls) == 3  # doctor's, the comparison above, then the recipe check's own call
     expected = calls[2].of(EXPORT_CHECK)
     (finding,) = [f for f in findings if f.subject == EXPORT_CHECK]
     assert f"predicted {expected.status}" in finding.detail
