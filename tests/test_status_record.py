@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -104,7 +106,7 @@ def test_writes_are_atomic_for_readers(tmp_path: Path) -> None:
 
 def _recorder(base: Path, monkeypatch: pytest.MonkeyPatch) -> rr._Recorder:
     monkeypatch.setenv(rr.DIR_ENV, str(base))
-    return rr._Recorder("api", {GATE: True}, "", dict)
+    return rr._Recorder("api", {GATE: True}, "", dict, {})
 
 
 def test_created_directories_are_private_even_with_a_permissive_umask(tmp_path: Path, monkeypatch) -> None:
@@ -257,6 +259,23 @@ def test_dead_records_are_marked_then_pruned_and_live_ones_kept(tmp_path: Path) 
     assert sorted(r["pid"] for r in records) == [3, os.getpid()]
 
 
+def test_a_zombie_counts_as_dead() -> None:
+    """A killed process whose parent has not collected it yet (a zombie) still has /proc/PID: it is dead."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ticks = rr.start_ticks(child.pid)
+    try:
+        assert rr.alive(child.pid, ticks) is True
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().split(") ", 1)[1][0] != "Z":  # not waited for: a zombie
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.05)
+        assert rr.alive(child.pid, ticks) is False
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_foreign_and_symlinked_records_are_ignored_and_said_so(tmp_path: Path) -> None:
     good = write_record(tmp_path, synthetic(1, host="h"))
     foreign = write_record(tmp_path, synthetic(2, host="h", role="driver", gates={GATE: False}))
@@ -322,6 +341,15 @@ def test_status_ray_unreachable_exits_2(tmp_path: Path) -> None:
     (["verl"], ["default_worker.py"], "ray::WorkerDict.init_model", None, "s", ("ray-worker", "WorkerDict")),
     (["verl"], ["default_worker.py"], "ray::IDLE", None, "s", ("ray-worker", None)),
     (["vllm"], ["default_worker.py"], "ray::RayWorkerWrapper.execute", None, "s", ("vllm-worker", "RayWorkerWrapper")),
+    # vLLM's children spawned inside a Ray actor inherit the actor's command line (and so its session)
+    (["vllm-engine-core"], ["default_worker.py"], "VLLM::EngineCore", "EngineCore_DP0", "s", ("engine-core", None)),
+    (["vllm", "verl"], ["default_worker.py"], "python", "VllmWorker-0", "s", ("vllm-worker", None)),
+    (["verl"], ["default_worker.py"], "python", "SpawnProcess-3", "s", ("other", None)),
+    # `python -m vllm.model_executor.models.registry`: vLLM's model-inspection helper, not a front-end
+    (["vllm"], ["/venv/lib/python3.11/site-packages/vllm/model_executor/models/registry.py"], "python", "MainProcess",
+     None, ("other", None)),
+    (["vllm"], ["/venv/lib/python3.11/site-packages/vllm/entrypoints/cli/main.py"], "python", "MainProcess", None,
+     ("vllm-frontend", None)),
 ])
 def test_role_from_cheap_signals(loaded_by, argv, title, mp_name, session, want) -> None:
     assert rr.detect_role(loaded_by, argv, title, mp_name, session) == want

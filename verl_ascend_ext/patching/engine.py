@@ -43,7 +43,15 @@ from verl_ascend_ext.patching.source import (
     find_module_file,
     remembered_match,
 )
-from verl_ascend_ext.patching.status import current, forget, lock, record_status, statuses, switched_off
+from verl_ascend_ext.patching.status import (
+    current,
+    exercised,
+    forget,
+    lock,
+    record_status,
+    statuses,
+    switched_off,
+)
 
 
 @dataclass
@@ -296,7 +304,7 @@ def apply(record: PatchRecord) -> PatchStatus:
                 raise PatchRefusedError(message)
             raw = staticmethod(impl)
         else:
-            raw = build(impl, live, record.id, record.exposes_markers)
+            raw = build(impl, live, record.id, record.exposes_markers, record.traced)
         problem = untraceable(raw, impl, record.traced)
         if problem is not None:
             message = (f"verl-ascend-ext refused patch '{record.id}': {problem} ({record.wrapper} for {record.target} "
@@ -321,10 +329,16 @@ def _served_status(served: PatchRecord) -> PatchStatus:
 
 
 def original(patch_id: str) -> Any:
-    """The raw attribute ``patch_id`` replaced in this process (e.g. the staticmethod object), or None."""
+    """The raw attribute ``patch_id`` replaced in this process (e.g. the staticmethod object), or None.
+
+    A staticmethod-action patch's code calls this when it runs, so a found original counts as its first run.
+    """
     with lock:
         done = _applied.get(patch_id)
-        return None if done is None else done.replaced
+    if done is None:
+        return None
+    exercised(patch_id)
+    return done.replaced
 
 
 def _apply_import(record: PatchRecord) -> PatchStatus:

@@ -55,6 +55,17 @@ class Action(str, Enum):
         return self.value
 
 
+class Observed(str, Enum):
+    """Whether a process can tell that a record's replacement has run (``status.exercised``)."""
+
+    EAGER = "eager"  # the replacement reports its first call in each process
+    TRACED = "traced"  # it can run inside a compiled graph, where nothing reports itself
+    IMPORT = "import"  # an import-action record: applying it is all it does
+
+    def __str__(self) -> str:
+        return self.value
+
+
 def split_target(target: str) -> tuple[str, str]:
     """``"pkg.mod:Qual.name"`` -> ``("pkg.mod", "Qual.name")``."""
     module, sep, qualname = target.partition(":")
@@ -181,6 +192,13 @@ class PatchRecord(NamedTuple):
     @property
     def module(self) -> str:
         return split_target(self.target)[0]
+
+    @property
+    def observed(self) -> Observed:
+        """How a process reports that this record's replacement ran (see ``Observed``)."""
+        if self.action == Action.IMPORT:
+            return Observed.IMPORT
+        return Observed.TRACED if self.traced else Observed.EAGER
 
     @property
     def qualname(self) -> str:

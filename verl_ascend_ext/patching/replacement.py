@@ -9,6 +9,10 @@ to dynamo, which then traces the original and silently drops the fix; the guard 
 replacement whose type is not exactly ``types.FunctionType``. For targets that run traced it also
 refuses code that reads a ``ContextVar``, a thread-local or the call stack (dynamo cannot trace them
 under ``fullgraph=True``).
+
+A replacement of a record that runs eagerly (``traced=False``) also reports its first call
+(``status.exercised``: one record write per process, then a list check per call); a traced one does not,
+since nothing inside a compiled graph can report itself, and its code stays exactly the call above.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_ascend_ext.patching.errors import PatchRefusedError
+from verl_ascend_ext.patching.status import exercised
 
 MARKER = "_verl_ascend_ext_patch"  # function attribute of our replacements: the patch id
 FRAME_READERS = frozenset({"_getframe", "currentframe", "getouterframes", "getframeinfo"})
@@ -31,15 +36,31 @@ class UntraceableReplacementError(PatchRefusedError):
     """A replacement torch.compile would not trace (a proxy type, or runtime context read on a traced path)."""
 
 
-def build(impl: Callable[..., Any], live: Any, patch_id: str, markers: tuple[str, ...]) -> Any:
-    """The raw attribute to install in place of ``live`` (a function, staticmethod or classmethod)."""
+def build(impl: Callable[..., Any], live: Any, patch_id: str, markers: tuple[str, ...], traced: bool) -> Any:
+    """The raw attribute to install in place of ``live`` (a function, staticmethod or classmethod).
+
+    ``traced``: the record's field; an eager replacement reports its first call (``status.exercised``).
+    """
     kind = type(live) if isinstance(live, (staticmethod, classmethod)) else None
     original = live.__func__ if kind is not None else live
-    if inspect.iscoroutinefunction(original):
+    ran: list[bool] = []  # empty until the first call of an eager replacement
+    if traced and inspect.iscoroutinefunction(original):
         async def replacement(*args: Any, **kwargs: Any) -> Any:
+            return await impl(original, *args, **kwargs)
+    elif traced:
+        def replacement(*args: Any, **kwargs: Any) -> Any:
+            return impl(original, *args, **kwargs)
+    elif inspect.iscoroutinefunction(original):
+        async def replacement(*args: Any, **kwargs: Any) -> Any:
+            if not ran:
+                ran.append(True)
+                exercised(patch_id)
             return await impl(original, *args, **kwargs)
     else:
         def replacement(*args: Any, **kwargs: Any) -> Any:
+            if not ran:
+                ran.append(True)
+                exercised(patch_id)
             return impl(original, *args, **kwargs)
     functools.update_wrapper(replacement, original)  # name, qualname, doc, __dict__ (e.g. verl's dispatch attrs)
     mark(replacement, patch_id, markers)

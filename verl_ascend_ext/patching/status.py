@@ -1,7 +1,8 @@
-"""Per-process patch statuses and the on/off decision (gate, kill switch): the light part of the engine.
+"""Per-process patch statuses, which replacements have run, and the on/off decision: the light part of the engine.
 
 Discovery needs only this; reading source files and wrapping code (``engine``) loads when a target
-module is imported or when doctor predicts.
+module is imported or when doctor predicts. A replacement that runs eagerly reports its first call here
+(``exercised``), once per process: the process record is rewritten then and never again for that patch.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
 
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
-_on_change: Callable[[PatchStatus], None] | None = None  # the process record's writer, set at the end of boot
+_exercised: set[str] = set()  # patch ids whose replacement has run at least once in this process
+_on_change: Callable[[PatchStatus | None], None] | None = None  # the process record's writer, set at the end of boot
 
 
-def on_change(listener: Callable[[PatchStatus], None] | None) -> None:
-    """Call ``listener`` after every status change from now on (one listener; None stops)."""
+def on_change(listener: Callable[[PatchStatus | None], None] | None) -> None:
+    """Call ``listener`` after every status change and first run of a replacement from now on (one listener)."""
     global _on_change
     _on_change = listener
 
@@ -42,9 +44,25 @@ def record_status(status: PatchStatus) -> PatchStatus:
     return status
 
 
+def exercised(patch_id: str) -> None:
+    """The replacement of ``patch_id`` has just run for the first time in this process (later calls: no-op)."""
+    with lock:
+        if patch_id in _exercised:
+            return
+        _exercised.add(patch_id)
+        if _on_change is not None:
+            _on_change(_statuses.get(patch_id))
+
+
+def was_exercised(patch_id: str) -> bool:
+    with lock:
+        return patch_id in _exercised
+
+
 def forget(patch_id: str) -> None:
     with lock:
         _statuses.pop(patch_id, None)
+        _exercised.discard(patch_id)
 
 
 def current(patch_id: str) -> PatchStatus | None:

@@ -89,7 +89,8 @@ def _boot(source: str) -> None:
         for module_name, callback in reg.import_hooks:
             wrapt.register_post_import_hook(callback, module_name)
     finally:  # a refusal of an already-imported target is recorded too
-        process_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses)
+        process_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses,
+                             {r.id: r.observed.value for r in reg.records})
         on_change(process_record.status_changed)
 
 

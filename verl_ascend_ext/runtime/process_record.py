@@ -1,7 +1,8 @@
 """What really ran: one small JSON record per process that booted the plugin, kept up to date.
 
 Written once at the end of ``boot.activate`` and again whenever a patch status changes (a target module
-imported, a refusal) or another loader boots the plugin again; never on a hot path. A record holds host,
+imported, a refusal), another loader boots the plugin again, or an eager replacement runs for the first time
+in the process (once per patch; never again on later calls). A record holds host,
 pid, start time, role, who loaded the plugin, versions of the stack modules already imported, gates as
 parsed and every patch's in-process status. ``verl-ascend status`` reads them (``status_report``).
 
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from verl_ascend_ext.patching.status import lock as status_lock
+from verl_ascend_ext.patching.status import was_exercised
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -42,6 +44,7 @@ PRUNE_EVERY = 3600.0  # a booting process prunes its namespace (in a daemon thre
 PRUNE_STAMP = ".pruned"
 LOCAL_NAMESPACE = "local"
 SCHEMA = 1
+EAGER = "eager"  # record.Observed.EAGER: the replacement reports its first run (``exercised``)
 SUFFIX = ".json"
 # Modules whose ``__version__`` a record reports when they are already imported (never imported here).
 VERSION_MODULES = {"verl": "verl", "vllm": "vllm", "vllm_ascend": "vllm-ascend", "torch": "torch",
@@ -50,8 +53,10 @@ PLUGIN_ENV = ("VERL_USE_EXTERNAL_PLUGINS", "VLLM_PLUGINS")
 # Roles; a Ray actor class is kept beside the role (``actor_class``).
 DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
     "driver", "ray-worker", "vllm-frontend", "engine-core", "vllm-worker", "other")
-# vLLM actors started by Ray (data-parallel engine cores, Ray-executor workers): their role is vLLM's.
-VLLM_ACTORS = {"DPEngineCoreActor": ENGINE_CORE, "EngineCoreActor": ENGINE_CORE, "RayWorkerWrapper": VLLM_WORKER}
+# Ray actors that are vLLM processes: vLLM's data-parallel engine cores and Ray-executor workers, and verl's
+# rollout server, which runs vLLM's front-end (AsyncLLM) in its own process. Their role is vLLM's.
+VLLM_ACTORS = {"DPEngineCoreActor": ENGINE_CORE, "EngineCoreActor": ENGINE_CORE, "RayWorkerWrapper": VLLM_WORKER,
+               "vLLMHttpServer": VLLM_FRONTEND}
 
 
 class UnsafeDirectoryError(OSError):
@@ -89,24 +94,33 @@ def process_title(pid: int | str = "self") -> str:
         return ""
 
 
-def start_ticks(pid: int | str = "self") -> int | None:
-    """Start time in clock ticks since boot (``/proc/PID/stat`` field 22): with the pid, a process's identity."""
+def _stat(pid: int | str) -> tuple[str, int] | None:
+    """(state, start ticks) from ``/proc/PID/stat`` (fields 3 and 22), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
+        fields = data[data.rindex(b")") + 2:].split()
+        return fields[0].decode(), int(fields[19])
     except (ValueError, IndexError):
         return None
 
 
+def start_ticks(pid: int | str = "self") -> int | None:
+    """Start time in clock ticks since boot (``/proc/PID/stat`` field 22): with the pid, a process's identity."""
+    found = _stat(pid)
+    return None if found is None else found[1]
+
+
 def alive(pid: int, ticks: int | None) -> bool:
-    """Whether the process ``pid`` that started at ``ticks`` still runs on this host."""
-    now = start_ticks(pid)
-    if now is not None:
-        return ticks is None or now == ticks
+    """Whether the process ``pid`` that started at ``ticks`` still runs on this host (a zombie does not: it
+    has exited and waits only for its parent to collect the exit status)."""
+    found = _stat(pid)
+    if found is not None:
+        state, now = found
+        return state not in ("Z", "X") and (ticks is None or now == ticks)
     if os.path.isdir("/proc"):
         return False
     try:
@@ -128,11 +142,9 @@ def ray_actor(title: str) -> str | None:
 
 def detect_role(loaded_by: Sequence[str], argv: Sequence[str], title: str, mp_name: str | None,
                 session: str | None) -> tuple[str, str | None]:
-    """(role, actor class) from cheap signals: Ray's worker command line and title, the multiprocessing
-    process name vLLM gives its children, vLLM's process titles, and who loaded the plugin."""
-    if session is not None:
-        actor = ray_actor(title)
-        return VLLM_ACTORS.get(actor or "", RAY_WORKER), actor
+    """(role, actor class) from cheap signals: the multiprocessing process name vLLM gives its children and
+    vLLM's process titles (first: a child spawned by a Ray worker inherits the worker's command line), Ray's
+    worker command line and title, and who loaded the plugin."""
     name = mp_name or ""
     if name.startswith("EngineCore") or title.startswith("VLLM::EngineCore"):
         return ENGINE_CORE, None
@@ -142,10 +154,22 @@ def detect_role(loaded_by: Sequence[str], argv: Sequence[str], title: str, mp_na
         return VLLM_FRONTEND, None
     if name not in ("", "MainProcess"):
         return OTHER, None
+    if session is not None:
+        actor = ray_actor(title)
+        return VLLM_ACTORS.get(actor or "", RAY_WORKER), actor
     program = os.path.basename(argv[0]) if argv else ""
+    if _vllm_helper(argv):
+        return OTHER, None
     if program == "vllm" or (loaded_by and loaded_by[0] == "vllm"):
         return VLLM_FRONTEND, None
     return DRIVER, None
+
+
+def _vllm_helper(argv: Sequence[str]) -> bool:
+    """A short-lived ``python -m vllm.<module>`` helper (e.g. the model registry's inspection subprocess):
+    ``argv[0]`` is a module file inside vLLM that is not one of its entry points."""
+    path = (argv[0] if argv else "").replace(os.sep, "/")
+    return "/vllm/" in path and path.endswith(".py") and "/vllm/entrypoints/" not in path
 
 
 def _mp_name() -> str | None:
@@ -222,9 +246,11 @@ def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
 # --- this process's record ------------------------------------------------------------------------------
 
 class _Recorder:
-    def __init__(self, source: str, gates: Mapping[str, bool], disable: str, statuses: Callable[[], Mapping]):
+    def __init__(self, source: str, gates: Mapping[str, bool], disable: str, statuses: Callable[[], Mapping],
+                 observed: Mapping[str, str]):
         self.lock = status_lock  # the lock status changes are made under: one lock order, no deadlock
         self.statuses = statuses
+        self.observed = dict(observed)
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.ticks = start_ticks()
@@ -248,8 +274,10 @@ class _Recorder:
         patches = {}
         for pid, st in sorted(self.statuses().items()):
             module = st.target.partition(":")[0]
+            observed = self.observed.get(pid, EAGER)
             patches[pid] = {"status": st.status.value, "detail": st.detail, "where": st.where, "target": st.target,
-                            "imported": module in sys.modules}
+                            "imported": module in sys.modules, "observed": observed,
+                            "exercised": was_exercised(pid) if observed == EAGER else None}
         return {
             "schema": SCHEMA, "host": self.host, "pid": self.pid, "proc_start": self.ticks, "started": self.started,
             "updated": time.time(), "role": role, "actor_class": actor, "title": title,
@@ -325,10 +353,14 @@ def _prune_quietly(path: str, host: str) -> None:
 _recorder: _Recorder | None = None
 
 
-def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callable[[], Mapping]) -> None:
-    """Begin recording this process (end of boot): write the first record."""
+def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callable[[], Mapping],
+          observed: Mapping[str, str] | None = None) -> None:
+    """Begin recording this process (end of boot): write the first record.
+
+    ``observed``: patch id -> how its first run is seen (``record.Observed`` values; default "eager").
+    """
     global _recorder
-    _recorder = _Recorder(source, gates, disable, statuses)
+    _recorder = _Recorder(source, gates, disable, statuses, observed or {})
     _recorder.write()
 
 
@@ -341,7 +373,8 @@ def loaded_again(source: str) -> None:
 
 
 def status_changed(_status: object = None) -> None:
-    """A patch status changed after boot (post-import apply, refusal): rewrite the record."""
+    """A patch status changed after boot (post-import apply, refusal) or a replacement ran for the first time:
+    rewrite the record."""
     if _recorder is not None:
         _recorder.write()
 

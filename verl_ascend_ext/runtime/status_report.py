@@ -14,8 +14,15 @@ over active processes, and the problems:
 - a process that runs vLLM patches with ``VLLM_PLUGINS`` excluding this plugin (vLLM processes it
   starts will not load it).
 
-Dead processes are listed (``alive: false``) and count nowhere else. Exit 0 fine, 1 any problem, 2 the
-Ray cluster could not be reached (``--ray``, see ``cluster.status_ray``).
+Per patch and role it also counts, over the processes where the patch is applied, those where its
+replacement has run at least once (``exercised``, for eager replacements; a replacement that runs inside
+compiled code cannot report itself and is counted as not observable).
+
+The counts are over active processes; once a job has ended (no record is alive) they are over the
+ended processes instead, so the report still says what ran (``counted``: "active" or "ended"). Dead
+processes are listed (``alive: false``) and are never compared or flagged. An idle Ray worker (never
+given an actor, no target module imported) is listed but not counted. Exit 0 fine, 1 any problem, 2
+the Ray cluster could not be reached (``--ray``, see ``cluster.status_ray``).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV
-from verl_ascend_ext.patching.record import DONE, OFF, Status
+from verl_ascend_ext.patching.record import DONE, OFF, Observed, Status
 from verl_ascend_ext.runtime import process_record as rr
 
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
@@ -72,8 +79,36 @@ def who(rec: dict[str, Any]) -> str:
     return f"{rec.get('host')} pid {rec.get('pid')} ({rec.get('role')}{actor})"
 
 
+def role_of(rec: dict[str, Any]) -> str:
+    """The role a report groups by: the role, and for a Ray actor its class (``ray-worker WorkerDict``)."""
+    return str(rec.get("role")) + (f" {rec['actor_class']}" if rec.get("actor_class") else "")
+
+
 def active(rec: dict[str, Any]) -> bool:
     return rec.get("alive") is not False
+
+
+def idle(rec: dict[str, Any]) -> bool:
+    """A Ray worker from Ray's pool that never got an actor or task and imported no patch target."""
+    return (rec.get("role") == rr.RAY_WORKER and not rec.get("actor_class")
+            and not any(p.get("imported") for p in (rec.get("patches") or {}).values()))
+
+
+def _exercised(counted: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:
+    """Per patch, and per role and patch: in how many of the processes where it is applied its replacement ran."""
+    per_patch: dict[str, dict[str, Any]] = {}
+    per_role: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for rec in counted:
+        for pid, p in (rec.get("patches") or {}).items():
+            if p.get("status") != Status.APPLIED:
+                continue
+            observed = p.get("observed", Observed.EAGER.value)
+            for entry in (per_patch.setdefault(pid, {"observed": observed, "applied": 0, "ran": 0}),
+                          per_role[role_of(rec)].setdefault(pid, {"observed": observed, "applied": 0, "ran": 0})):
+                entry["applied"] += 1
+                entry["ran"] += bool(p.get("exercised"))
+    return (dict(sorted(per_patch.items())),
+            {role: dict(sorted(per.items())) for role, per in sorted(per_role.items())})
 
 
 def _driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -110,12 +145,13 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
     """The status report of ``records`` (any hosts): processes, summary, by_role, problems, exit code."""
     records = sorted(records, key=lambda r: (r.get("host", ""), str(r.get("role")), int(r.get("pid", 0))))
     live = [r for r in records if active(r)]
+    counted = [r for r in (live or records) if not idle(r)]
     summary: dict[str, Counter] = defaultdict(Counter)
     by_role: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-    for rec in live:
+    for rec in counted:
         for pid, p in (rec.get("patches") or {}).items():
             summary[pid][p.get("status")] += 1
-            by_role[str(rec.get("role"))][pid][p.get("status")] += 1
+            by_role[role_of(rec)][pid][p.get("status")] += 1
     problems: list[str] = []
     for rec in live:
         problems += _patch_problems(rec)
@@ -143,14 +179,18 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
             problems.append(f"version skew: {dist} " + "; ".join(parts))
     processes = [{
         "host": r.get("host"), "pid": r.get("pid"), "role": r.get("role"), "actor_class": r.get("actor_class"),
-        "loaded_by": r.get("loaded_by"), "alive": r.get("alive"), "namespace": r.get("namespace"),
+        "loaded_by": r.get("loaded_by"), "alive": r.get("alive"), "idle": idle(r), "namespace": r.get("namespace"),
         "started": r.get("started"), "dead_since": r.get("dead_since"), "versions": r.get("versions"),
         "patches": {pid: p.get("status") for pid, p in sorted((r.get("patches") or {}).items())},
+        "exercised": sorted(pid for pid, p in (r.get("patches") or {}).items() if p.get("exercised")),
     } for r in records]
+    exercised, by_role_exercised = _exercised(counted)
     return {
         "processes": processes,
+        "counted": "active" if live else "ended",
         "summary": {pid: dict(sorted(c.items())) for pid, c in sorted(summary.items())},
         "by_role": {role: {pid: dict(c) for pid, c in sorted(per.items())} for role, per in sorted(by_role.items())},
+        "exercised": exercised, "by_role_exercised": by_role_exercised,
         "driver": None if driver is None else {"host": driver.get("host"), "pid": driver.get("pid")},
         "active": len(live), "dead": len(records) - len(live),
         "notes": list(notes or []), "problems": problems, "exit_code": 1 if problems else 0,

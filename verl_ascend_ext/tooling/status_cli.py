@@ -44,25 +44,42 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     return report["exit_code"]
 
 
+NOT_OBSERVABLE = {"traced": "not observable inside compiled code", "import": "n/a (import-time patch)"}
+
+
+def ran(entry: dict[str, Any] | None) -> str:
+    """'ran in 2 of 2' for an eager patch applied in 2 processes, why that cannot be told, or '-' (not applied)."""
+    if not entry:
+        return "-"
+    if entry["observed"] in NOT_OBSERVABLE:
+        return NOT_OBSERVABLE[entry["observed"]]
+    return f"ran in {entry['ran']} of {entry['applied']}"
+
+
 def format_report(report: dict[str, Any]) -> str:
     out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead", ""]
     rows = []
     for p in report["processes"]:
         counts = Counter(p["patches"].values())
         state = "dead" if p["alive"] is False else "alive" if p["alive"] else "?"
-        rows.append([p["host"], str(p["pid"]), p["role"] + (f" {p['actor_class']}" if p["actor_class"] else ""),
-                     ",".join(p["loaded_by"] or []), state,
-                     " ".join(f"{s}:{n}" for s, n in sorted(counts.items()))])
+        role = p["role"] + (f" {p['actor_class']}" if p["actor_class"] else " (idle)" if p.get("idle") else "")
+        rows.append([p["host"], str(p["pid"]), role, ",".join(p["loaded_by"] or []), state,
+                     " ".join(f"{s}:{n}" for s, n in sorted(counts.items())), str(len(p.get("exercised") or []))])
     if rows:
-        out.append(table(rows, ["host", "pid", "role", "loaded by", "state", "patches"]))
+        out.append(table(rows, ["host", "pid", "role", "loaded by", "state", "patches", "ran"]))
     if report["summary"]:
-        out += ["", "Per patch (active processes)"]
-        out.append(table([[pid, " ".join(f"{s}:{n}" for s, n in c.items())] for pid, c in report["summary"].items()],
-                          ["patch", "statuses"]))
+        whose = "active processes" if report.get("counted", "active") == "active" else \
+            "the job has ended: its processes' last records"
+        exercised = report.get("exercised", {})
+        out += ["", f"Per patch ({whose}; idle Ray workers not counted)"]
+        out.append(table([[pid, " ".join(f"{s}:{n}" for s, n in c.items()), ran(exercised.get(pid))]
+                          for pid, c in report["summary"].items()], ["patch", "statuses", "replacement"]))
         out += ["", "Per role"]
-        role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items())]
+        by_role_exercised = report.get("by_role_exercised", {})
+        role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items()),
+                      ran(by_role_exercised.get(role, {}).get(pid))]
                      for role, per in report["by_role"].items() for pid, c in per.items()]
-        out.append(table(role_rows, ["role", "patch", "statuses"]))
+        out.append(table(role_rows, ["role", "patch", "statuses", "replacement"]))
     if report["notes"]:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
     if report["problems"]:
