@@ -48,7 +48,8 @@ MTP = ["model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight", "model.la
 
 @pytest.mark.anyverl
 def test_patches_applied(with_plugin: dict) -> None:
-    assert with_plugin["statuses"] == {"checkpoint-export-check": "applied", "checkpoint-config-whole": "applied"}
+    assert with_plugin["statuses"] == {"checkpoint-export-check": "applied", "checkpoint-config-whole": "applied",
+                                       "checkpoint-export-check-fsdp": "applied"}  # verl.utils.checkpoint imports it
     assert with_plugin["export_wrapped"] is True
 
 

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import save_file
 from subprocesses import run_command
 
+from verl_ascend_ext.features.checkpoint.conversions import FSDP_MASTER_WEIGHTS
 from verl_ascend_ext.features.checkpoint.export_check import (
     ExportCheckError,
     ExportInputError,
@@ -80,18 +81,18 @@ def pair(tmp_path: Path) -> tuple[Path, Path]:
     return export, reference
 
 
-def check(export: Path, reference: Path, mode: str = "error"):
+def check(export: Path, reference: Path, mode: str = "error", conversions: tuple = ()):
     """check_export, asserting it modified nothing in either directory."""
     before = state(export, reference)
     try:
-        return check_export(export, reference, mode)
+        return check_export(export, reference, mode, conversions=conversions)
     finally:
         assert state(export, reference) == before
 
 
-def failure(export: Path, reference: Path) -> ExportCheckError:
+def failure(export: Path, reference: Path, conversions: tuple = ()) -> ExportCheckError:
     with pytest.raises(ExportCheckError) as caught:
-        check(export, reference)
+        check(export, reference, conversions=conversions)
     return caught.value
 
 
@@ -252,6 +253,21 @@ def test_dtype_change_is_an_error(tmp_path: Path) -> None:
     assert err.report.mismatched == [{"name": "model.norm.weight", "reference": "BF16[8]", "export": "F32[8]",
                                       "why": "dtype changed from BF16 to F32"}]
     assert err.report.diagnoses[0].startswith("1 tensor(s) changed dtype from BF16 to F32")
+
+
+def test_fsdp_master_weights_are_allowed_only_from_the_fsdp_save_and_only_widening(tmp_path: Path) -> None:
+    """verl's FSDP save exports the FP32 master weights of a BF16 model: accepted when the caller says so."""
+    reference = write_checkpoint(tmp_path / "reference", tensors(), config=GLM)
+    widened = write_checkpoint(tmp_path / "widened", {n: t.float() for n, t in tensors().items()})
+    report = check(widened, reference, conversions=(FSDP_MASTER_WEIGHTS,))
+    assert report.ok and report.mismatched == []
+    assert report.converted == {f"verl FSDP save: {FSDP_MASTER_WEIGHTS.description}": len(tensors())}
+    assert failure(widened, reference).report.mismatched  # without it: every tensor is a dtype change
+    narrowed_reference = write_checkpoint(tmp_path / "f32-reference", {n: t.float() for n, t in tensors().items()},
+                                          config=GLM)
+    err = failure(write_checkpoint(tmp_path / "narrowed", tensors()), narrowed_reference,
+                  conversions=(FSDP_MASTER_WEIGHTS,))
+    assert err.report.diagnoses[0].startswith(f"{len(tensors())} tensor(s) changed dtype from F32 to BF16")
 
 
 def fp8_reference(directory: Path, config: dict) -> Path:

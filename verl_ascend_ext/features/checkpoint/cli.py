@@ -31,10 +31,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("export", metavar="EXPORT_DIR", help="the exported Hugging Face checkpoint directory")
     parser.add_argument("--reference", metavar="REF_DIR", required=True,
                         help="the checkpoint the run started from (its index, or a single model.safetensors)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help="the export was written by verl's FSDP save: F32 tensors of a BF16/F16 reference "
+                             "(the actor's FP32 master weights) are accepted as a lossless widening")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
+    from verl_ascend_ext.features.checkpoint.conversions import FSDP_MASTER_WEIGHTS
     from verl_ascend_ext.features.checkpoint.export_check import (
         ExportCheckError,
         ExportInputError,
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        report = check_export(args.export, args.reference, mode)
+        conversions = (FSDP_MASTER_WEIGHTS,) if args.fsdp else ()
+        report = check_export(args.export, args.reference, mode, conversions=conversions)
         code = 2 if report.error and not report.ok else 0  # warn mode: a check that could not run
     except ExportInputError as err:
         report, code = ExportReport(export=args.export, reference=args.reference, model_type=None, mode=mode,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_ascend_ext.features.checkpoint.conversions import conversions_for
+from verl_ascend_ext.features.checkpoint.conversions import Conversion, conversions_for
 from verl_ascend_ext.features.checkpoint.omissions import omissions_for
 from verl_ascend_ext.features.checkpoint.shards import Tensor, describe
 
@@ -48,13 +48,14 @@ def _unmerged_factor(reference: tuple[int, ...], export: tuple[int, ...]) -> tup
 
 
 def compare(reference: Mapping[str, Tensor], export: Mapping[str, Tensor], config: Mapping[str, Any],
-            unreadable: frozenset[str] | set[str] = frozenset()) -> Comparison:
+            unreadable: frozenset[str] | set[str] = frozenset(), conversions: Sequence[Conversion] = ()) -> Comparison:
     """Names, shapes and dtypes of ``export`` against ``reference`` (``config``: the reference's config.json).
 
     ``unreadable``: names the export's index puts in shards that are absent or refused; reported apart
-    from the missing ones (the integrity problem already says why).
+    from the missing ones (the integrity problem already says why). ``conversions``: allowed besides the
+    model family's, for what the save path is known to do (``conversions.FSDP_MASTER_WEIGHTS``).
     """
-    omissions, conversions = omissions_for(config), conversions_for(config)
+    omissions, conversions = omissions_for(config), [*conversions_for(config), *conversions]
     out = Comparison(declared_omissions=[f"{o.family}: {o.description}" for o in omissions],
                      declared_conversions=[f"{c.family}: {c.description}" for c in conversions])
     for name in sorted(reference.keys() - export.keys()):

@@ -2,7 +2,8 @@
 
 Declared like the omissions (``omissions.py``): keyed by model family (``model_type`` or architecture),
 decided from the reference's own ``config.json``, never by a list of tensor names. Shapes must always
-match; only the dtype may differ, and only as declared.
+match; only the dtype may differ, and only as declared. One conversion belongs to a save path instead of a
+model family (``FSDP_MASTER_WEIGHTS``): the caller that knows the export came from verl's FSDP save passes it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,20 @@ CONVERSIONS: tuple[Conversion, ...] = (
         "dequantised in BF16 (training runs in BF16)",
         allows=fp8_to_bf16,
     ),
+)
+
+
+def fp32_master_weights(name: str, reference_dtype: str, export_dtype: str, config: Mapping[str, Any]) -> bool:
+    """A BF16 or F16 weight exported in F32: the lossless widening verl's FSDP save makes."""
+    return reference_dtype in ("BF16", "F16") and export_dtype == "F32"
+
+
+# verl's FSDPCheckpointManager exports the gathered state dict of the actor's FP32 master weights as they are
+# (save_pretrained(state_dict=...)); not a model family: ``check_export(..., conversions=...)`` passes it.
+FSDP_MASTER_WEIGHTS = Conversion(
+    family=Family("verl FSDP save", model_types=(), architectures=()),
+    description="BF16/F16 -> F32: verl's FSDP save writes the actor's FP32 master weights (lossless widening)",
+    allows=fp32_master_weights,
 )
 
 

@@ -20,6 +20,7 @@ GATE = Gate(
 )
 
 MANAGER = "verl.utils.checkpoint.megatron_checkpoint_manager"
+FSDP_MANAGER = "verl.utils.checkpoint.fsdp_checkpoint_manager"
 
 EXPORT_CHECK = PatchRecord(
     id="checkpoint-export-check",
@@ -39,6 +40,29 @@ EXPORT_CHECK = PatchRecord(
     wrapper="verl_ascend_ext.features.checkpoint.patch_code:check_hf_export",
     upstream="none (this package's addition)",
     remove_when="verl or Megatron-Bridge validate exports with per-model declared omissions",
+    traced=False,
+)
+
+EXPORT_CHECK_FSDP = PatchRecord(
+    id="checkpoint-export-check-fsdp",
+    feature="checkpoint",
+    why="An FSDP run writes its Hugging Face export with save_pretrained (checkpoint.save_contents holding hf_model) "
+    "and nothing checks what was written; check it as the Megatron export is checked.",
+    target=f"{FSDP_MANAGER}:FSDPCheckpointManager.save_checkpoint",
+    gate=GATE,
+    distribution="verl",
+    versions=">=0.9.0,<0.10",
+    original=Fingerprint(
+        contains=(r"if self\.should_save_hf_model:",
+                  r"hf_local_path = os\.path\.join\(local_path, 'huggingface'\)",
+                  r"save_model\.save_pretrained\(hf_local_path, state_dict=state_dict\)"),
+        description="rank 0 writes the gathered state dict to local_path/huggingface with save_pretrained when "
+        "should_save_hf_model",
+    ),
+    fixed=Fingerprint.never_matching("never: no verl release checks exported names against declared omissions"),
+    wrapper="verl_ascend_ext.features.checkpoint.patch_code:check_fsdp_hf_export",
+    upstream="none (this package's addition)",
+    remove_when="verl validates FSDP Hugging Face exports against the model it started from",
     traced=False,
 )
 
@@ -92,12 +116,12 @@ def verl_ascend_ext_gates() -> list[Gate]:
 
 @hookimpl
 def verl_ascend_ext_patch_records() -> list[PatchRecord]:
-    return [EXPORT_CHECK, CONFIG_WHOLE]
+    return [EXPORT_CHECK, EXPORT_CHECK_FSDP, CONFIG_WHOLE]
 
 
 @hookimpl
 def verl_ascend_ext_import_hooks() -> list[tuple[str, object]]:
-    return [(MANAGER, _validate_mode)]
+    return [(MANAGER, _validate_mode), (FSDP_MANAGER, _validate_mode)]
 
 
 @hookimpl

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_ascend_ext.features.checkpoint.compare import Comparison, compare
+from verl_ascend_ext.features.checkpoint.conversions import Conversion
 from verl_ascend_ext.features.checkpoint.mode import MODE_ENV, MODES, export_check_mode
 from verl_ascend_ext.features.checkpoint.shards import (
     INDEX,
@@ -117,8 +119,12 @@ def read_reference(reference: Path) -> Inventory:
     return inventory
 
 
-def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str) -> ExportReport:
-    """Read both checkpoints and compare them; no side effect. ExportInputError if the check cannot run."""
+def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str,
+                   conversions: Sequence[Conversion] = ()) -> ExportReport:
+    """Read both checkpoints and compare them; no side effect. ExportInputError if the check cannot run.
+
+    ``conversions``: dtype conversions allowed besides the model family's (what the save path does).
+    """
     export_dir, reference_dir = Path(export), Path(reference)
     config = _reference_config(reference_dir)
     wanted = read_reference(reference_dir)
@@ -126,7 +132,7 @@ def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[
         have = read_checkpoint(export_dir, "export")
     except CheckpointInputError as err:
         raise ExportInputError(f"cannot check the export: {err}") from None
-    result = compare(wanted.tensors, have.tensors, config, have.unreadable)
+    result = compare(wanted.tensors, have.tensors, config, have.unreadable, conversions)
     return ExportReport(
         export=str(export_dir), reference=str(reference_dir), model_type=config.get("model_type"), mode=mode,
         ok=not (have.problems or result.missing or result.mismatched),
@@ -137,19 +143,20 @@ def inspect_export(export: str | os.PathLike[str], reference: str | os.PathLike[
 
 
 def check_export(export: str | os.PathLike[str], reference: str | os.PathLike[str], mode: str,
-                 plugin_status: dict[str, Any] | None = None) -> ExportReport:
+                 plugin_status: dict[str, Any] | None = None, conversions: Sequence[Conversion] = ()) -> ExportReport:
     """Check ``export`` against ``reference``, write the report beside the export, act per ``mode``.
 
     ``error``: raise ExportCheckError (ExportInputError when the check cannot run) carrying the report;
     ``warn``: log and return the report; ``off``: return a report saying so, reading nothing.
-    ``plugin_status`` (``provenance.job_status``) is stored in the report as it is.
+    ``plugin_status`` (``provenance.job_status``) is stored in the report as it is. ``conversions``: dtype
+    conversions allowed besides the model family's (e.g. ``conversions.FSDP_MASTER_WEIGHTS``).
     """
     export_dir, reference_dir = Path(export), Path(reference)
     if mode == "off":
         return ExportReport(export=str(export_dir), reference=str(reference_dir), model_type=None, mode=mode,
                             ok=True, error=f"not checked: {MODE_ENV}=off")
     try:
-        report = inspect_export(export_dir, reference_dir, mode)
+        report = inspect_export(export_dir, reference_dir, mode, conversions)
     except ExportInputError as err:
         if mode == "error":
             raise

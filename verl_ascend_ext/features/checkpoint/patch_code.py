@@ -7,19 +7,46 @@ import os
 from typing import Any
 
 from verl_ascend_ext.features.checkpoint.config_json import config_to_json_safe
+from verl_ascend_ext.features.checkpoint.conversions import FSDP_MASTER_WEIGHTS, Conversion
 from verl_ascend_ext.features.checkpoint.export_check import check_export, export_check_mode
 from verl_ascend_ext.features.checkpoint.provenance import write_beside
 
 logger = logging.getLogger("verl_ascend_ext")
 
 
+def _model_config(manager: Any) -> Any:
+    """The transformers config of the model an FSDP manager saves (FSDP1 wraps the module; FSDP2 keeps it)."""
+    model = getattr(manager, "model", None)
+    return getattr(getattr(model, "_fsdp_wrapped_module", model), "config", None)
+
+
 def _reference_dir(manager: Any) -> str | None:
     """The Hugging Face checkpoint the run started from (verl's ``config.model.path``, local)."""
     for candidate in (getattr(manager, "model_path", None),
-                      getattr(getattr(manager, "hf_config", None), "name_or_path", None)):
+                      getattr(getattr(manager, "hf_config", None), "name_or_path", None),
+                      getattr(_model_config(manager), "name_or_path", None)):
         if candidate and os.path.isdir(candidate):
             return candidate
     return None
+
+
+def _check_saved(manager: Any, hf_ckpt_path: str, mode: str, conversions: tuple[Conversion, ...] = ()) -> None:
+    """Record the job's status beside the export, then check the export against the reference (per ``mode``)."""
+    status = write_beside(hf_ckpt_path)  # which fixes were active when this checkpoint was produced
+    if mode == "off":
+        return
+    reference = _reference_dir(manager)
+    if reference is None:
+        model_path = getattr(manager, "model_path", None) or getattr(_model_config(manager), "name_or_path", None)
+        message = (f"verl-ascend-ext export check: no local reference checkpoint to compare {hf_ckpt_path} with "
+                   f"(model path {model_path!r} is not a directory)")
+        if mode == "error":
+            from verl_ascend_ext.features.checkpoint.export_check import MODE_ENV, ExportCheckError
+
+            raise ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
+        logger.warning("%s", message)
+        return
+    check_export(hf_ckpt_path, reference, mode, plugin_status=status, conversions=conversions)
 
 
 def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:
@@ -29,21 +56,18 @@ def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> 
     bridge_export = not getattr(instance, "vanilla_bridge", False) and getattr(instance, "peft_cls", None) is None
     if not bridge_export or getattr(instance, "rank", 0) != 0:
         return result
-    hf_ckpt_path = kwargs["hf_ckpt_path"] if "hf_ckpt_path" in kwargs else args[0]
-    status = write_beside(hf_ckpt_path)  # which fixes were active when this checkpoint was produced
-    if mode == "off":
-        return result
-    reference = _reference_dir(instance)
-    if reference is None:
-        message = (f"verl-ascend-ext export check: no local reference checkpoint to compare {hf_ckpt_path} with "
-                   f"(model path {getattr(instance, 'model_path', None)!r} is not a directory)")
-        if mode == "error":
-            from verl_ascend_ext.features.checkpoint.export_check import MODE_ENV, ExportCheckError
+    _check_saved(instance, kwargs["hf_ckpt_path"] if "hf_ckpt_path" in kwargs else args[0], mode)
+    return result
 
-            raise ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
-        logger.warning("%s", message)
+
+def check_fsdp_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run verl's FSDP save, then check the Hugging Face export it wrote (rank 0, when it wrote one)."""
+    mode = export_check_mode()
+    result = original(instance, *args, **kwargs)
+    local_path = kwargs["local_path"] if "local_path" in kwargs else (args[0] if args else None)
+    if local_path is None or not getattr(instance, "should_save_hf_model", False) or getattr(instance, "rank", 0) != 0:
         return result
-    check_export(hf_ckpt_path, reference, mode, plugin_status=status)
+    _check_saved(instance, os.path.join(local_path, "huggingface"), mode, (FSDP_MASTER_WEIGHTS,))
     return result
 
 
