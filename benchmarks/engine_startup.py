@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
-MODEL = CACHE / "tiny-qwen2-v2"  # scripts/setup_vllm_engine.sh makes it
+MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes it
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 
 FIRST_TOKEN = """

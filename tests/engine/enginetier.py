@@ -22,7 +22,7 @@ from subprocesses import scrubbed_env
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "probe"
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
-MODEL = CACHE / "tiny-qwen2-v2"  # scripts/setup_vllm_engine.sh makes it
+MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes it
 ALIAS = Path(sys.prefix) / "vllm-dist-alias"
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 SETUP = "scripts/setup_vllm_engine.sh"

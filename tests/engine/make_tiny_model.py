@@ -1,4 +1,5 @@
-"""Make the real-engine tier's tiny model: Qwen2 architecture, random weights, a trained byte-level BPE tokenizer.
+"""Make the real-engine tier's tiny model: Qwen2 architecture, random weights, a trained byte-level BPE tokenizer
+with a minimal chat template (verl's RL data set applies the model's chat template to every prompt).
 
     python tests/engine/make_tiny_model.py DIR
 
@@ -16,6 +17,8 @@ from pathlib import Path
 TEXT = ("the engine wakes up after sleep and the scheduler resumes when the weights and the cache are back "
         "a tiny model serves greedy tokens on the cpu while the plugin patches the core once per process")
 WORDS = TEXT.split()
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 def corpus() -> list[str]:
@@ -37,6 +40,7 @@ def make(target: Path) -> None:
     tokenizer.train_from_iterator(corpus(), trainers.BpeTrainer(vocab_size=512, special_tokens=special,
                                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -49,7 +53,7 @@ def make(target: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
     fast.save_pretrained(partial)
-    (partial / ".complete").write_text("tiny qwen2, head_dim 64, seed 0, initializer_range 0.4\n")
+    (partial / ".complete").write_text("tiny qwen2, head_dim 64, seed 0, initializer_range 0.4, chat template\n")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
 

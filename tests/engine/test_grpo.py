@@ -1,0 +1,226 @@
+"""verl trains with the plugin: verl's own GRPO trainer (``python -m verl.trainer.main_ppo``) end to end on the CPU.
+
+Three real jobs of the released, unmodified verl (``grpo/job.py``: tiny Qwen2, arithmetic prompts, FSDP2 actor on
+2 gloo ranks, vLLM 0.23.0 rollout in hybrid mode with sleep / wake-up every step, checkpoint with the Hugging Face
+export), shared by the assertions below:
+
+- ``on``: verl 0.9.0, the GLM-5.2 gate set in the driver only, 2 steps, checkpoint at step 2;
+- ``off``: verl 0.9.0, gate off, 2 steps, checkpoint at step 2 with one tensor deliberately left out of the
+  Hugging Face export (``grpo_probe``), so the export check must stop the save naming it (verl prints a
+  step's metrics after that step's save: step 1's are in the log, step 2's never are);
+- ``resumed``: verl 0.9.1, gate on, resumed from the ``on`` job's step-2 checkpoint, trains step 3 and saves it
+  (the release where verl carries its own copies of our fixes: ours stand down there, and a 0.9.0 checkpoint
+  resumed by 0.9.1 is the upgrade path users take).
+
+Everything is real (verl, Ray, vLLM's spawned processes, gloo, the checkpoint files); the accelerator is the CPU
+through the test-only platform in ``grpo/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from grpo.job import DATA, GATE, MODEL, OVERLAY, Job, run_job
+from subprocesses import run_command
+
+from verl_ascend_ext.features.checkpoint.export_check import report_path_for
+from verl_ascend_ext.runtime.status_report import collect
+
+pytestmark = pytest.mark.verl091  # the engine venv holds verl 0.9.1 (0.9.0 comes from the overlay, per job)
+DROPPED = "model.layers.1.mlp.down_proj.weight"
+VLLM_CORE = ("glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-forward-asleep",
+             "glm52-vllm-engine-core-entry")
+WEIGHT_SYNC = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc",
+               "weight-sync-receiver-no-full-gc")
+EXPORT_CHECK = "checkpoint-export-check-fsdp"
+# Metrics that measure time or memory, not the computation: they differ between any two runs.
+NOT_NUMBERS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
+
+CLI = str(Path(sys.executable).with_name("verl-ascend"))
+_jobs: dict[str, Job] = {}
+
+
+@pytest.fixture(scope="module")
+def jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for path, what in ((MODEL, "the tiny model"), (DATA, "the GRPO data set"),
+                       (OVERLAY["0.9.0"], "the verl 0.9.0 overlay")):
+        if not path.exists():
+            pytest.fail(f"{what} is missing at {path}: run scripts/setup_vllm_engine.sh", pytrace=False)
+    return tmp_path_factory.mktemp("grpo")
+
+
+def job(name: str, jobs_dir: Path) -> Job:
+    """Each job runs once per session, on first use."""
+    if name not in _jobs:
+        if name == "on":
+            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.0", gate=True, steps=2, save_freq=2)
+        elif name == "off":
+            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.0", gate=False, steps=2, save_freq=2,
+                                  env={"GRPO_PROBE_DROP_EXPORT_TENSOR": DROPPED})
+        elif name == "resumed":
+            first = ok(job("on", jobs_dir))
+            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.1", gate=True, steps=3, save_freq=3,
+                                  resume_from=first.checkpoints / "global_step_2")
+    return _jobs[name]
+
+
+def ok(done: Job) -> Job:
+    assert done.returncode == 0, done.explain()
+    return done
+
+
+def records(done: Job) -> list[dict]:
+    """Every process record of the job, with patch details (``status_report.collect``, what the CLI reads)."""
+    return collect(str(done.status_dir))[0]
+
+
+def by_role(done: Job) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for rec in records(done):
+        key = rec["role"] + (f" {rec['actor_class']}" if rec.get("actor_class") else "")
+        out.setdefault(key, []).append(rec)
+    return out
+
+
+def status_json(done: Job) -> dict:
+    """What ``verl-ascend status --json --dir`` says about the job."""
+    proc = run_command([CLI, "status", "--json", "--dir", str(done.status_dir)], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def status_of(rec: dict, patch: str) -> str:
+    return rec["patches"][patch]["status"]
+
+
+# ---- 1. it trains and checkpoints ---------------------------------------------------------------------------
+
+def test_verl_trains_two_grpo_steps_and_saves_the_hf_export(jobs_dir: Path) -> None:
+    done = ok(job("on", jobs_dir))
+    assert sorted(done.metrics) == [1, 2], done.explain()
+    for step in (1, 2):
+        m = done.metrics[step]
+        assert m["training/global_step"] == step
+        assert math.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0  # a real update, not a no-op
+        assert m["critic/score/max"] > m["critic/score/min"]  # the shaped reward separates samples
+    saved = done.checkpoints / "global_step_2" / "actor"
+    assert (saved / "huggingface" / "model.safetensors").is_file()
+    assert sorted(p.name for p in saved.glob("model_world_size_2_rank_*.pt")) == [
+        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+
+
+def test_the_export_check_passes_on_the_real_save(jobs_dir: Path) -> None:
+    saved = ok(job("on", jobs_dir)).checkpoints / "global_step_2" / "actor"
+    report = json.loads(report_path_for(saved / "huggingface").read_text())
+    assert report["ok"] is True and report["reference"] == str(MODEL), report
+    status = json.loads((saved / "verl_ascend_ext.status.json").read_text())  # what ran when it was saved
+    saver = status["saved_by"]
+    assert (saver["role"], saver["actor_class"]) == ("ray-worker", "WorkerDict")  # actor rank 0
+    assert saver["patches"][EXPORT_CHECK]["status"] == "applied" and saver["patches"][EXPORT_CHECK]["exercised"]
+    assert status["driver"]["gates"][GATE] is True and status["summary"][EXPORT_CHECK]["applied"] >= 2
+
+
+# ---- 2. the plugin in every process -------------------------------------------------------------------------
+
+def test_every_process_of_the_job_booted_the_plugin_with_the_gate_on(jobs_dir: Path) -> None:
+    done = ok(job("on", jobs_dir))
+    report = status_json(done)
+    seen = Counter(p["role"] + (f" {p['actor_class']}" if p["actor_class"] else "") for p in report["processes"])
+    want = {"driver": 1, "ray-worker TaskRunnerV1": 1, "ray-worker WorkerDict": 2,  # the 2 actor ranks
+            "vllm-frontend vLLMHttpServer": 2, "engine-core": 2, "vllm-worker": 2,  # one rollout replica per rank
+            "ray-worker AgentLoopWorkerTQ": 1}
+    assert {role: seen[role] for role in want} == want, seen
+    assert report["problems"] == [] and report["counted"] == "ended", report["problems"]
+    for role, recs in by_role(done).items():
+        if role.split()[0] in ("driver", "engine-core", "vllm-worker") or role in want:
+            for rec in recs:  # set in the driver only: the plugin carries it to every Ray worker and vLLM child
+                assert rec["gates"][GATE] is True, (role, rec["pid"], rec["gates"])
+    assert all(rec["versions"].get("verl") in (None, "0.9.0") for rec in records(done))
+
+
+def test_vllm_core_fixes_apply_in_every_engine_core_and_weight_sync_on_every_actor_rank(jobs_dir: Path) -> None:
+    roles = by_role(ok(job("on", jobs_dir)))
+    for rec in roles["engine-core"]:
+        assert {p: status_of(rec, p) for p in VLLM_CORE} == dict.fromkeys(VLLM_CORE, "applied")
+        assert rec["loaded_by"][0] == "vllm-engine-core"  # booted by our spawn entry point, before vLLM's loader
+    for rec in roles["ray-worker WorkerDict"]:
+        assert {p: status_of(rec, p) for p in (*WEIGHT_SYNC, EXPORT_CHECK)} == \
+            dict.fromkeys((*WEIGHT_SYNC, EXPORT_CHECK), "applied")
+
+
+def test_applied_fixes_were_exercised_where_they_matter(jobs_dir: Path) -> None:
+    roles = by_role(ok(job("on", jobs_dir)))
+    for rec in roles["engine-core"]:  # verl's wake_up(["weights"]) then wake_up(["kv_cache"]) each step
+        assert rec["patches"]["glm52-vllm-wake-up-resume-when-awake"]["exercised"] is True, rec["pid"]
+        assert rec["patches"]["glm52-vllm-engine-core-entry"]["exercised"] is True, rec["pid"]
+    for rec in roles["ray-worker WorkerDict"]:  # each actor rank syncs weights into its rollout replica
+        for patch in ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc"):
+            assert rec["patches"][patch]["exercised"] is True, (rec["pid"], patch)
+        assert rec["patches"][EXPORT_CHECK]["exercised"] is True, rec["pid"]  # every rank runs save_checkpoint
+    for rec in roles["vllm-worker"]:
+        assert rec["patches"]["weight-sync-receiver-no-full-gc"]["exercised"] is True, rec["pid"]
+
+
+def test_status_shows_every_role_with_applied_and_exercised_patches_after_the_job(jobs_dir: Path) -> None:
+    done = ok(job("on", jobs_dir))
+    report = status_json(done)
+    assert report["counted"] == "ended" and report["active"] == 0  # the job is over: its records still count
+    assert report["by_role_exercised"]["ray-worker WorkerDict"]["weight-sync-kv-barrier"] == \
+        {"observed": "eager", "applied": 2, "ran": 2}
+    assert report["by_role_exercised"]["engine-core"]["glm52-vllm-wake-up-resume-when-awake"]["ran"] == 2
+    proc = run_command([CLI, "status", "--dir", str(done.status_dir)], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "engine-core" in proc.stdout and "vllm-worker" in proc.stdout and "ran in 2 of 2" in proc.stdout, \
+        proc.stdout
+
+
+# ---- 3. same numbers with the gate off ----------------------------------------------------------------------
+
+def test_gate_off_gives_the_same_first_step_rollout_tokens_and_metrics(jobs_dir: Path) -> None:
+    on, off = ok(job("on", jobs_dir)), job("off", jobs_dir)
+    assert sorted(off.metrics) == [1], off.explain()  # step 1 logged; step 2 stopped at its (broken) save
+    samples = 8  # a step's rollout: 4 prompts x n=2; the 8 that finished first are step 1's (steps run in turn)
+    assert len(on.tokens()) == len(off.tokens()) == 2 * samples
+    key = lambda r: (tuple(r["prompt_ids"]), tuple(r["token_ids"]))  # noqa: E731
+    assert Counter(map(key, on.tokens()[:samples])) == Counter(map(key, off.tokens()[:samples]))
+    numbers = lambda m: {k: v for k, v in m.items() if not k.startswith(NOT_NUMBERS)}  # noqa: E731
+    assert numbers(on.metrics[1]) == numbers(off.metrics[1])
+
+
+def test_gate_off_runs_nothing_of_the_glm52_set(jobs_dir: Path) -> None:
+    off = job("off", jobs_dir)
+    for rec in records(off):
+        for patch in VLLM_CORE:
+            assert status_of(rec, patch) == "gate-off", (rec["role"], patch)
+
+
+# ---- 4. the export check stops a save that lost a tensor ----------------------------------------------------
+
+def test_a_tensor_missing_from_the_export_stops_the_save_naming_it(jobs_dir: Path) -> None:
+    off = job("off", jobs_dir)
+    assert off.returncode != 0, off.explain()
+    assert "verl-ascend-ext export check" in off.log and DROPPED in off.log, off.explain()
+    report = json.loads(report_path_for(off.checkpoints / "global_step_2" / "actor" / "huggingface").read_text())
+    assert report["ok"] is False and DROPPED in json.dumps(report), report
+
+
+# ---- 5. resumed (verl 0.9.1) --------------------------------------------------------------------------------
+
+def test_a_resumed_job_trains_one_more_step_from_the_checkpoint(jobs_dir: Path) -> None:
+    done = ok(job("resumed", jobs_dir))
+    assert sorted(done.metrics) == [3], done.explain()  # steps 1-2 came from the checkpoint
+    assert "global_step_2" in done.log
+    saved = done.checkpoints / "global_step_3" / "actor"
+    assert json.loads(report_path_for(saved / "huggingface").read_text())["ok"] is True
+
+
+def test_on_verl_091_its_own_copies_apply_and_ours_stand_down(jobs_dir: Path) -> None:
+    roles = by_role(ok(job("resumed", jobs_dir)))
+    for rec in roles["ray-worker WorkerDict"]:
+        assert {p: status_of(rec, p) for p in WEIGHT_SYNC} == dict.fromkeys(WEIGHT_SYNC, "fixed-upstream")
+        assert all(rec["versions"].get("verl") == "0.9.1" for rec in roles["ray-worker WorkerDict"])
