@@ -10,8 +10,8 @@ Some bugs are smaller than any honest tolerance: the fused add-and-norm normalis
 of the sum rounded to bfloat16, which moves each output by less than one bfloat16 step. For those a case
 also gives the maths of the released (buggy) code, in float64 as well, and an output then has to be closer
 to the intended reference than to the bug's, by mean absolute error over all its elements
-(``closer_to_intended``). On the GLM-5.2 RMSNorm inputs the fixed code's mean error is ~0.0011 to the
-intended maths and ~0.0015 to the bug's; the released code's is the other way round.
+(``closer_to_intended``). On the selftest's RMSNorm inputs (residual case, both outputs) the fixed code's mean
+error is 0.00057 to the intended maths and 0.00078 to the bug's; the released code's is 0.00078 and 0.00056.
 """
 
 from __future__ import annotations

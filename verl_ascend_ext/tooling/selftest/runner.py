@@ -113,6 +113,10 @@ def run(device_name: str = "auto", only: Sequence[str] | None = None, source: st
     lines: list[Line] = [Line(r.id, "all", NOT_RUN, "no selftest check covers this traced record yet")
                          for r, c in covered if c is None and r.traced]
     covered = [(r, c) for r, c in covered if c is not None]
+    if not covered and not lines:
+        report["errors"].append("nothing to check: no selected patch has a numeric check (their fixes change no "
+                                f"numbers: {', '.join(report['not_numeric'])})")
+        return _finish(report, started)
     stack: Any = None
     scratch = Path(tempfile.mkdtemp(prefix="verl-ascend-selftest-src-"))
     try:
