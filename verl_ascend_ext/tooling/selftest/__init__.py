@@ -8,3 +8,6 @@ graph capture), ``compare`` (float64 references, tolerances), ``store`` (the las
 and ``doctor``), ``npu_test_double`` (the TEST DOUBLE of torch_npu's kernels used off an NPU). Only ``store`` is
 imported by other commands; it imports no torch.
 """
+
+DEVICES = ("auto", "npu", "cuda", "cpu")  # --device choices (auto: an NPU, else a CUDA GPU, else the CPU)
+DOUBLE_LABEL = "test double, not this stack"  # on every result line that ran on the NPU test double

@@ -12,8 +12,9 @@ import json
 import sys
 from typing import Any
 
-DEVICES = ("auto", "npu", "cuda", "cpu")
-LABEL = "test double, not this stack"
+from verl_ascend_ext.tooling.selftest import DEVICES
+from verl_ascend_ext.tooling.selftest import DOUBLE_LABEL as LABEL
+
 ENDINGS = {0: "ALL HOLD (exit 0)", 1: "A FIX FAILS (exit 1)", 2: "COULD NOT RUN (exit 2)"}
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from verl_ascend_ext.tooling.selftest.cli import DEVICES
+from verl_ascend_ext.tooling.selftest import DEVICES
 
 EAGER, COMPILED, GRAPH = "eager", "compiled", "graph"
 

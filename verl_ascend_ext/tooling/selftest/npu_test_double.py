@@ -30,8 +30,10 @@ import types
 
 import torch
 
+from verl_ascend_ext.tooling.selftest import DOUBLE_LABEL
+
 EVENTS: list[str] = []
-LABEL = "test double, not this stack"
+LABEL = DOUBLE_LABEL
 INDEXER_WEIGHTS: list[torch.Tensor] = []
 Tensor = torch.Tensor
 

@@ -33,11 +33,11 @@ from typing import Any
 from verl_ascend_ext.patching import engine
 from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, split_target
 from verl_ascend_ext.patching.source import Lookup, class_bases, definitions, find_module_file, looking_in
+from verl_ascend_ext.tooling.selftest import DOUBLE_LABEL
 from verl_ascend_ext.tooling.selftest.devices import Device
 
 DISTRIBUTION = "vllm-ascend"
 PACKAGE = "vllm_ascend"
-DOUBLE_LABEL = "test double, not this stack"
 
 
 class NotRunError(Exception):
