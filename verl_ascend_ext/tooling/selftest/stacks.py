@@ -201,6 +201,7 @@ class InstalledStack:
                              for d in (DISTRIBUTION, "vllm", "torch_npu", "torch"))
         self.description = f"installed stack: {versions}"
         self._config: Any = None
+        self._work: str | None = None
 
     def module(self, spec: ModuleSpec) -> types.ModuleType:
         try:
@@ -268,18 +269,27 @@ class InstalledStack:
         platform's compiler (``current_platform.get_compile_backend()``: vLLM-Ascend's AscendCompiler, hashed with
         the config as vLLM does), called inside vLLM's ``pass_context`` for a compile range covering the case.
         """
+        import copy
+
+        import torch
         from vllm.compilation.passes.inductor_pass import pass_context
         from vllm.config.utils import Range
         from vllm.platforms import current_platform
         from vllm.utils.import_utils import resolve_obj_by_qualname
 
         config = self.vllm_config()
+        # vLLM-Ascend's passes read the model's dtype and text config; the selftest builds no model, so the pass
+        # manager gets a copy of the config whose model config is a stand-in: bfloat16 (GLM-5.2's), an empty text
+        # config (the passes' defaults, e.g. routed_scaling_factor 1.0); the rest of the config is vLLM-Ascend's
+        pass_config = copy.copy(config)
+        object.__setattr__(pass_config, "model_config", SimpleNamespace(
+            dtype=torch.bfloat16, hf_text_config=SimpleNamespace(), is_deepseek_mla=True))
         manager = resolve_obj_by_qualname(current_platform.get_pass_manager_cls())()
-        manager.configure(config)
+        manager.configure(pass_config)
         compiler = resolve_obj_by_qualname(current_platform.get_compile_backend())()
         compiler.compute_hash(config)
-        work = tempfile.mkdtemp(prefix="verl-ascend-selftest-compile-")
-        compiler.initialize_cache(work, disable_cache=True)
+        self._work = tempfile.mkdtemp(prefix="verl-ascend-selftest-compile-")
+        compiler.initialize_cache(self._work, disable_cache=True)
         counter = [0]
 
         def backend(graph: Any, example_inputs: Any) -> Any:
@@ -293,7 +303,8 @@ class InstalledStack:
         return backend
 
     def close(self) -> None:
-        return None
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
 
 
 def describe_missing_source() -> str:
