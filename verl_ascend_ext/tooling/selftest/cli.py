@@ -57,7 +57,9 @@ def format_report(report: dict[str, Any]) -> str:
         out += ["", f"error: {err}"]
     counts = report.get("counts") or {}
     out += ["", ", ".join(f"{counts.get(k, 0)} {k}" for k in ("holds", "FAILS", "not run", "could not run"))
-            + f" in {report.get('seconds', 0)} s"]
+            + f" in {report.get('seconds', 0)} s"
+            + (" (" + ", ".join(f"{k} {v} s" for k, v in report["timings"].items()) + ")" if report.get("timings")
+               else "")]
     if report.get("stored"):
         out.append(f"stored: {report['stored']}")
     elif report.get("not_stored"):

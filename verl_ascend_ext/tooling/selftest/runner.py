@@ -143,6 +143,7 @@ def run(device_name: str = "auto", only: Sequence[str] | None = None, source: st
                 report["errors"].append(f"the recipe's compiler could not be built on this stack: {_short(err)}"
                                         f"{_origin(err)}")
         report["stack"] = stack.description
+        report["timings"] = {"start (imports, device, code)": round(time.time() - started, 2)}
         lines += _run_units(stack, device, covered, report)
     finally:
         if stack is not None:
@@ -160,6 +161,15 @@ def _run_units(stack: Any, device: Any, covered: list[tuple[PatchRecord, Any]], 
     lines: list[Line] = []
     units: list[Unit] = []
     results: dict[tuple[str, str, str, str], Any] = {}  # (record, case, variant, mode) -> outputs | exception
+    timings = report.setdefault("timings", {})  # seconds per phase, to see where the time goes
+    clock = time.monotonic()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[phase] = round(now - clock, 2)
+        clock = now
+
     try:
         for record, check in covered:
             unit = _prepare(stack, record, check, modes, lines)
@@ -167,6 +177,7 @@ def _run_units(stack: Any, device: Any, covered: list[tuple[PatchRecord, Any]], 
                 units.append(unit)
         import torch
 
+        lap("build and apply")
         with stack.indexer_kernel_probe():
             for unit in units:
                 # traced code runs under inference mode, as vLLM's model runner calls the forward; weight loading
@@ -176,6 +187,7 @@ def _run_units(stack: Any, device: Any, covered: list[tuple[PatchRecord, Any]], 
                     for variant in VARIANTS:
                         with grad_mode():
                             results[(unit.record.id, case.name, variant, "eager")] = _eager(case, variant, device)
+            lap("eager")
             traced = [u for u in units if _traced(u)]
             for backend_name, backend in device.backends.items():
                 with torch.inference_mode():
@@ -184,6 +196,7 @@ def _run_units(stack: Any, device: Any, covered: list[tuple[PatchRecord, Any]], 
                     results[(*key, f"compiled[{backend_name}]")] = value
                 for key, value in graphed.items():
                     results[(*key, f"graph[{backend_name}]")] = value
+                lap(f"compiled and graph[{backend_name}]")
         for unit in units:
             lines += _judge_unit(unit, modes, device, results, report)
     finally:
