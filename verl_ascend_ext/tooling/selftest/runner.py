@@ -17,6 +17,7 @@ nothing was checked, else 0.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -148,8 +149,6 @@ def run(device_name: str = "auto", only: Sequence[str] | None = None, source: st
     finally:
         if stack is not None:
             stack.close()
-        import shutil
-
         shutil.rmtree(scratch, ignore_errors=True)
     return _finish(report, started, lines)
 
