@@ -11,7 +11,9 @@
 # (py.typed, every shipped recipe's run.sh, manifest.toml, README.md, the shell files they source), each
 # run.sh listing its overrides from the wheel, every entry point of every group declared in
 # pyproject.toml (present in the wheel's metadata and loadable), the console script, verl's own plugin
-# discovery booting the plugin, and `verl-ascend doctor` exiting 0.
+# discovery booting the plugin, `verl-ascend doctor` exiting 0, and `verl-ascend selftest --device cpu` holding on
+# two records with the wheel's own NPU test double (vLLM-Ascend 0.23.0 sources from scripts/fetch_vllm_ascend.sh,
+# which scripts/test.sh runs first; missing -> the check fails).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${1:-$ROOT/.venv/bin/python}"
@@ -34,7 +36,8 @@ FRESH_SITE="$("$FRESH" -c 'import sysconfig; print(sysconfig.get_paths()["pureli
 "$PY" -m pip --python "$FRESH" install -q --no-deps --no-index "$WHEEL"
 
 cd "$WORK"  # not the checkout: the source tree must not be importable
-"$FRESH" - "$ROOT" "$WORK/venv" <<'PY'
+VLLM_ASCEND_SRC="${VERL_ASCEND_EXT_CACHE:-$HOME/.cache/verl-ascend-ext}/vllm-ascend-src/0.23.0"
+"$FRESH" - "$ROOT" "$WORK/venv" "$VLLM_ASCEND_SRC" <<'PY'
 import importlib.metadata as md
 import json
 import os
@@ -103,9 +106,20 @@ else:
     if not report.get("patches"):
         problems.append("verl-ascend doctor from the wheel lists no patches")
 
+selftest = subprocess.run([str(venv / "bin" / "verl-ascend"), "selftest", "--device", "cpu", "--json", "--no-store",
+                           "--only", "glm52-ascend-indexer-scale-a5,glm52-ascend-sfa-keep-kv-b-proj",
+                           "--vllm-ascend-source", sys.argv[3]], capture_output=True, text=True)
+if selftest.returncode != 0:
+    problems.append(f"verl-ascend selftest --device cpu from the wheel exited {selftest.returncode}: "
+                    f"{selftest.stdout[-2000:]}{selftest.stderr[-2000:]}")
+else:
+    import verl_ascend_ext.tooling.selftest.npu_test_double as double
+    if not inside_venv(double.__file__):
+        problems.append(f"the selftest's NPU test double is not the wheel's ({double.__file__})")
+
 if problems:
     print("wheel check FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
     sys.exit(1)
 print(f"wheel check OK: {len(shipped)} shipped files, {len(declared)} entry points loaded, verl booted the "
-      f"plugin, doctor exit 0 ({dist.metadata['Name']} {dist.version}, license {dist.metadata.get('License-Expression')})")
+      f"plugin, doctor exit 0, selftest on the double exit 0 ({dist.metadata['Name']} {dist.version}, license {dist.metadata.get('License-Expression')})")
 PY

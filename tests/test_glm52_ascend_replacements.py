@@ -1,7 +1,7 @@
 """The GLM-5.2 vLLM-Ascend replacements against CPU references (scenario: tests/scenarios/glm52_ascend_maths.py).
 
 Real: vLLM-Ascend 0.23.0's own method bodies (read from the released wheel) wrapped by our wrappers;
-CPU torch. Simulated: NPU kernels, by the test double tests/scenarios/npu_test_double.py (its fused
+CPU torch. Simulated: NPU kernels, by the test double verl_ascend_ext/tooling/selftest/npu_test_double.py (its fused
 add-and-norm normalises the unrounded float32 sum, as the issue describes the NPU kernel).
 """
 

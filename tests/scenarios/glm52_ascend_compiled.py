@@ -7,8 +7,9 @@ wheel's files into a module written to a temporary directory; vLLM 0.23.0's real
 engine's ``apply`` with the real records (only their target retargeted to that module; their fingerprints
 run unchanged, the cross-definition ones on the released files found on PYTHONPATH); torch.compile with
 ``fullgraph=True`` and the ``eager`` and ``inductor`` backends on CPU.
-Simulated: the NPU kernels (tests/scenarios/npu_test_double.py: custom ops with fake implementations), the
-layers around the indexer (small linear maps) and the few module globals those bodies read (below).
+Simulated: the NPU kernels (verl_ascend_ext/tooling/selftest/npu_test_double.py: custom ops with fake
+implementations), the layers around the indexer (small linear maps) and the few module globals those bodies read
+(below).
 Usage: glm52_ascend_compiled.py <vllm-ascend source tree> <work dir>; prints one JSON object.
 """
 
@@ -27,8 +28,7 @@ import torch._dynamo
 import torch._inductor.config
 from vllm.model_executor.custom_op import CustomOp  # vLLM 0.23.0, imported on CPU before the double exists
 
-sys.path.insert(0, str(Path(__file__).parent))
-import npu_test_double as npu
+from verl_ascend_ext.tooling.selftest import npu_test_double as npu
 
 npu.install()
 

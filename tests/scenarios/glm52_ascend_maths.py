@@ -6,7 +6,7 @@ Real: the method bodies of vLLM-Ascend 0.23.0 (``AscendRMSNorm.forward_oot``, th
 ``CaMemAllocator.sleep``), read from the released wheel's files and executed here; our patch code from
 verl_ascend_ext.features.glm52, installed behind the replacement functions the engine builds (``replacement.build``);
 torch on CPU. (Applying through the engine itself, and under torch.compile: glm52_ascend_compiled.py.)
-Simulated: only NPU calls (tests/scenarios/npu_test_double.py) and the few module globals those
+Simulated: only NPU calls (verl_ascend_ext/tooling/selftest/npu_test_double.py) and the few module globals those
 bodies name (stubs below). ``self`` is a small object with the attributes the body reads.
 Usage: glm52_ascend_maths.py <vllm-ascend source tree>; prints one JSON object.
 """
@@ -23,8 +23,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-import npu_test_double as npu
+from verl_ascend_ext.tooling.selftest import npu_test_double as npu
 
 torch_npu = npu.install()  # before the replacement modules: they import torch_npu, as on an NPU node
 

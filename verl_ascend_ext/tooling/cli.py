@@ -1,4 +1,4 @@
-"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, export-check, recipe."""
+"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, export-check, recipe, selftest."""
 
 from __future__ import annotations
 
@@ -36,9 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     source = sub.add_parser("source", help="print the normalised source a fingerprint is matched against")
     source.add_argument("target", metavar="MODULE:QUALNAME", help="e.g. vllm.v1.engine.core:EngineCore.wake_up")
     from verl_ascend_ext.tooling.recipes.cli import add_parser as add_recipe_parser
+    from verl_ascend_ext.tooling.selftest.cli import add_parser as add_selftest_parser
 
     add_recipe_parser(sub)
     add_export_check_parser(sub)
+    add_selftest_parser(sub)
     return parser
 
 
@@ -77,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from verl_ascend_ext.features.checkpoint.cli import run as export_check_run
 
         return export_check_run(args)
+    if args.command == "selftest":
+        from verl_ascend_ext.tooling.selftest.cli import run as selftest_run
+
+        return selftest_run(args)
     if args.command == "source":
         from verl_ascend_ext.tooling.show_source import show
 

@@ -21,6 +21,7 @@ from verl_ascend_ext.patching.source import find_module_file
 from verl_ascend_ext.runtime.findings import Finding
 from verl_ascend_ext.runtime.registry import plugin_manager, registry
 from verl_ascend_ext.tooling.ascend_env import ascend_findings, ascend_report, duplicate_findings, format_section
+from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
 
 DISTRIBUTIONS = ("verl", "vllm", "vllm-ascend", "torch", "torch_npu", "megatron-core", "transformers")
@@ -136,6 +137,7 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
         "patches": patches,
         "findings": [f.as_check() for f in findings],
         "errors": errors,
+        "selftest": selftest_store.report_section(env),  # shown, never changes the exit code
     }
     if errors:
         code = 2
@@ -175,6 +177,7 @@ def format_report(report: dict[str, Any]) -> str:
         out += ["", "Checks"]
         out.append(table([[f["name"], f["status"], f["detail"]] for f in report["findings"]],
                           ["check", "status", "detail"]))
+    out += selftest_store.format_section(report["selftest"])
     for err in report["errors"]:
         out += ["", f"error: {err}"]
     out += ["", {0: "OK", 1: "PROBLEMS FOUND (exit 1)", 2: "INVALID ENVIRONMENT (exit 2)"}[report["exit_code"]]]

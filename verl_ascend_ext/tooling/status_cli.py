@@ -14,6 +14,7 @@ from typing import Any
 
 from verl_ascend_ext.runtime import process_record as rr
 from verl_ascend_ext.runtime.status_report import aggregate, collect, merge
+from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
 
 
@@ -37,6 +38,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
         node_problems = []
         records, notes = collect(base)
     report = aggregate(records, notes)
+    report["selftest"] = selftest_store.report_section(base=base)  # this host's status dir; never the exit code
     if node_problems:
         report["problems"] = node_problems + report["problems"]
         report["exit_code"] = 1
@@ -84,6 +86,8 @@ def format_report(report: dict[str, Any]) -> str:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
     if report["problems"]:
         out += ["", "Problems"] + [f"  {p}" for p in report["problems"]]
+    if "selftest" in report:
+        out += selftest_store.format_section(report["selftest"])
     out += ["", "PROBLEMS FOUND (exit 1)" if report["exit_code"] == 1 else
             "no process recorded" if not report["processes"] else "OK"]
     return "\n".join(out)

@@ -5,7 +5,8 @@
 #
 # A run.sh sets RECIPE, ENTRY (the module it launches), CONFIG_NAME, OVERRIDES (its Hydra overrides) and,
 # where it needs them, LAUNCH_ENV (VAR=value the command carries), CHECK_ARGS (more arguments of the
-# preflight) and RECIPE_NPU_ONLY=1, then calls `recipe_main "$@"`, which runs, in order:
+# preflight) and RECIPE_NPU_ONLY=1, then calls `recipe_main "$@"`, which runs, in order (the preflight runs
+# `verl-ascend selftest` on an NPU node; VERL_ASCEND_RECIPE_SELFTEST=0 skips it, and its report says so):
 #   recipe_emit_overrides                 VERL_ASCEND_RECIPE_EMIT=overrides: print them and exit 0
 #   recipe_device_check_on / recipe_require_npu        VERL_ASCEND_RECIPE_DEVICE_CHECK, the NPU probe
 #   recipe_launch "$@"                    preflight with CHECK_ARGS (--script "$SCRIPT_PATH" first), then
@@ -78,6 +79,14 @@ recipe_launch() {
 recipe_main() {
     recipe_emit_overrides
     CHECK_ARGS=(--script "$SCRIPT_PATH" "${CHECK_ARGS[@]}")
+    case "${VERL_ASCEND_RECIPE_SELFTEST:-1}" in
+        1 | true | yes | on) ;;
+        0 | false | no | off) CHECK_ARGS+=(--skip-selftest) ;;
+        *)
+            echo "error: VERL_ASCEND_RECIPE_SELFTEST='${VERL_ASCEND_RECIPE_SELFTEST}' is not 1 or 0." >&2
+            exit 2
+            ;;
+    esac
     if recipe_device_check_on; then
         if [ "$RECIPE_NPU_ONLY" = 1 ]; then
             recipe_require_npu

@@ -2,13 +2,15 @@
 
 Config (composed against the installed verl), the node layout of fully-async recipes, manifest
 (installed versions and git commits; CANN and NNAL on NPU nodes), R2 router replay support, gates, the
-plugin's discovery and, unless ``--no-device``, the device.
+plugin's discovery and, unless ``--no-device``, the device and, on an NPU node, ``verl-ascend selftest`` of the
+patches the recipe turns on (``--skip-selftest`` skips it and the report says so).
 Any ``error`` finding makes the exit code 1.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -186,9 +188,64 @@ def device_finding(device: str, no_device: bool) -> Finding:
     return Finding("device", device, OK, f"{count} {device.upper()} device(s) visible")
 
 
+SELFTEST_TIMEOUT = 600.0  # seconds; the selftest takes under a minute on one NPU (docs/selftest.md)
+
+
+def selftest_findings(manifest: Manifest, device: str, no_device: bool, skip: bool, device_ok: bool,
+                      environ: Mapping[str, str]) -> list[Finding]:
+    """``verl-ascend selftest`` on this NPU for the patches this recipe's process will apply, as findings.
+
+    A fix that FAILS blocks the launch (error); a selftest that could not run warns (it proves nothing either way).
+    """
+    subject = "numeric fixes"
+    if skip:
+        return [Finding("selftest", subject, NOT_CHECKED, "skipped (--skip-selftest): the fixes were not checked on "
+                        "this node's stack")]
+    if no_device:
+        return [Finding("selftest", subject, NOT_CHECKED, "not run: --no-device (not a training node); run "
+                        "`verl-ascend selftest` on one NPU node before the job")]
+    if device != "npu":
+        return [Finding("selftest", subject, NOT_CHECKED, f"not run: the selftest checks the vLLM-Ascend fixes on an "
+                        f"NPU, and this check is for {device}")]
+    if not device_ok:
+        return [Finding("selftest", subject, NOT_CHECKED, "not run: no NPU found here (see [device])")]
+    from verl_ascend_ext.patching.prediction import predict_all
+    from verl_ascend_ext.patching.record import Status
+    from verl_ascend_ext.runtime.registry import registry
+    from verl_ascend_ext.tooling.selftest.checks import check_for
+
+    env = {**environ, **{gate: "1" for gate in manifest.gates}}  # the run script exports them
+    predictions = predict_all(registry().records, env)
+    ids = [r.id for r in registry().records
+           if check_for(r) is not None and predictions.of(r.id).status is Status.WILL_APPLY]
+    if not ids:
+        return [Finding("selftest", subject, NOT_CHECKED, "not run: this recipe applies no patch the selftest checks "
+                        "on this install")]
+    command = [sys.executable, "-m", "verl_ascend_ext.tooling.selftest", "--json", "--device", "npu", "--only",
+               ",".join(ids)]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=SELFTEST_TIMEOUT, env=dict(environ))
+    except subprocess.TimeoutExpired:
+        return [Finding("selftest", subject, WARN, f"could not run: `{' '.join(command[2:])}` did not finish in "
+                        f"{SELFTEST_TIMEOUT:.0f} s")]
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return [Finding("selftest", subject, WARN, f"could not run: the selftest process exited {proc.returncode} "
+                        f"without a report ({tail})")]
+    severity = {"holds": OK, "FAILS": ERROR, "not run": NOT_CHECKED, "could not run": WARN}
+    findings = [Finding("selftest", f"{line['record']} {line['mode']}", severity.get(line["status"], WARN),
+                        f"{line['status']}: {line['detail']}") for line in report.get("lines", [])]
+    findings += [Finding("selftest", subject, WARN, err) for err in report.get("errors", [])]
+    if report.get("exit_code") == 2 and not findings:
+        findings.append(Finding("selftest", subject, WARN, "could not run: nothing was checked"))
+    return findings
+
+
 def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: bool = False,
               device: str | None = None, script: Path | None = None, validate: bool = True,
-              environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
+              environ: Mapping[str, str] | None = None, skip_selftest: bool = False) -> tuple[dict[str, Any], int]:
     """The check report and its exit code (0: launchable as far as checked here, 1: blocking findings)."""
     from verl_ascend_ext.tooling.recipes.compose import (
         FULLY_ASYNC_ENTRY,
@@ -232,7 +289,9 @@ def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: 
     findings += cann_findings(manifest.path, device, no_device, env)
     findings += gate_findings(manifest, script, env)
     findings += plugin_findings(env)
-    findings.append(device_finding(device, no_device))
+    device_check = device_finding(device, no_device)
+    findings.append(device_check)
+    findings += selftest_findings(manifest, device, no_device, skip_selftest, device_check.status is OK, env)
     code = 1 if any(f.blocking for f in findings) else 0
     report = {"recipe": name, "script": str(script), "manifest": str(manifest.path), "verl": verl,
               "device": device, "no_device": no_device, "entry": entry, "config_name": config_name, "overrides": count,

@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "check", help="validate a recipe against this install before spending a cluster",
         description="Compose the recipe's overrides (and OVERRIDES) with Hydra against the installed verl's "
                     "config, compare installed packages with the manifest, check gates, plugin discovery, "
-                    "R2 router replay support and the device. Exit 1 on any blocking finding.")
+                    "R2 router replay support and the device; on an NPU node run `verl-ascend selftest` of the "
+                    "patches the recipe turns on. Exit 1 on any blocking finding.")
     check.add_argument("name")
     check.add_argument("overrides", nargs="*", metavar="OVERRIDES",
                        help="extra Hydra overrides, after '--' (as passed to the run script)")
@@ -35,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--script", type=Path, help="check this copy of the run script instead of the shipped one")
     check.add_argument("--skip-verl-validate", action="store_true",
                        help="do not run verl's validate_config (saves importing verl, ~10 s)")
+    check.add_argument("--skip-selftest", action="store_true",
+                       help="on an NPU node, do not run `verl-ascend selftest` before launch (the report says so)")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
 
         with contextlib.redirect_stdout(sys.stderr):  # whatever importing verl prints must not mix into --json
             report, code = run_check(args.name, user_overrides=args.overrides, no_device=args.no_device,
-                                     device=args.device, script=args.script, validate=not args.skip_verl_validate)
+                                     device=args.device, script=args.script, validate=not args.skip_verl_validate,
+                                     skip_selftest=args.skip_selftest)
         print(json.dumps(report, indent=2) if args.json else format_report(report))
         return code
     except (UnknownRecipeError, ManifestError) as err:

@@ -1,5 +1,8 @@
 """TEST DOUBLE for the NPU-only calls the GLM-5.2 vLLM-Ascend code makes, with CPU reference maths.
 
+Used by ``verl-ascend selftest`` where vLLM-Ascend and torch_npu cannot run (CPU, CUDA: every result line then
+says "test double, not this stack") and by the tests. Plain torch, so it runs on any device torch has.
+
 Simulated (no NPU here), each as a torch custom op with a fake (meta) implementation, so that
 torch.compile traces around it as it traces around the real NPU kernels:
 - ``torch_npu.npu_rms_norm`` (``npu::npu_rms_norm``): float32 RMSNorm, rounded to the input dtype;
@@ -13,7 +16,11 @@ torch.compile traces around it as it traces around the real NPU kernels:
 - ``torch.ops.vllm.maybe_chunk_residual``: returns the residual (vLLM-Ascend's behaviour outside a
   forward context);
 - ``torch_npu.npu_format_cast``: identity; ``torch.npu``: ``synchronize``/``empty_cache`` recorded in ``EVENTS``.
-``install()`` puts the double in ``sys.modules['torch_npu']``: call it only in a throw-away interpreter.
+- vLLM-Ascend module globals the released method bodies read (``VLLM_ASCEND_GLOBALS``): ``enable_custom_op`` (True:
+  the ``_C_ascend`` branch vLLM-Ascend takes on A2/A3 nodes with its compiled ops), ``get_weight_prefetch_method``
+  (no prefetch), ``maybe_trans_nz`` (identity: NZ is an NPU memory format), ``ACL_FORMAT_FRACTAL_ND`` (2).
+``install()`` puts the double in ``sys.modules['torch_npu']`` (once per process; it refuses to shadow a real
+torch_npu): call it only in a throw-away interpreter or a selftest process.
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ import types
 
 import torch
 
+from verl_ascend_ext.tooling.selftest import DOUBLE_LABEL
+
 EVENTS: list[str] = []
+LABEL = DOUBLE_LABEL
 INDEXER_WEIGHTS: list[torch.Tensor] = []
 Tensor = torch.Tensor
 
@@ -114,11 +124,41 @@ def npu_format_cast(tensor: Tensor, _format: int) -> Tensor:
     return tensor
 
 
+def enable_custom_op() -> bool:
+    return True
+
+
+class _NoPrefetch:
+    def maybe_prefetch_mlp_weight_postprocess(self, x: Tensor) -> None:
+        return None
+
+
+def get_weight_prefetch_method() -> _NoPrefetch:
+    return _NoPrefetch()
+
+
+def maybe_trans_nz(tensor: Tensor) -> Tensor:
+    return tensor
+
+
+ACL_FORMAT_FRACTAL_ND = 2
+VLLM_ASCEND_GLOBALS = ("enable_custom_op", "get_weight_prefetch_method", "maybe_trans_nz", "ACL_FORMAT_FRACTAL_ND")
+
+_installed: types.ModuleType | None = None
+
+
 def install() -> types.ModuleType:
-    """Install ``torch_npu`` (this double), the custom ops and ``torch.npu``; return the double."""
+    """Install ``torch_npu`` (this double), the custom ops and ``torch.npu``; return the double (once per process)."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    real = sys.modules.get("torch_npu")
+    if real is not None or hasattr(torch, "npu"):
+        raise RuntimeError("a torch_npu (or torch.npu) is already loaded in this process; the NPU test double "
+                           "refuses to shadow it")
     _register_ops()
     module = types.ModuleType("torch_npu")
-    module.__doc__ = "TEST DOUBLE of torch_npu (tests/scenarios/npu_test_double.py)"
+    module.__doc__ = f"TEST DOUBLE of torch_npu (verl_ascend_ext/tooling/selftest/npu_test_double.py; {LABEL})"
     module.npu_rms_norm = torch.ops.npu.npu_rms_norm
     module.npu_add_rms_norm = torch.ops.npu.npu_add_rms_norm
     module.npu_rotary_mul = torch.ops.npu.npu_rotary_mul
@@ -127,4 +167,5 @@ def install() -> types.ModuleType:
     sys.modules["torch_npu"] = module
     torch.npu = types.SimpleNamespace(synchronize=lambda: EVENTS.append("synchronize"),  # type: ignore[attr-defined]
                                       empty_cache=lambda: EVENTS.append("empty_cache"))
+    _installed = module
     return module
