@@ -4,7 +4,22 @@ Does nothing unless its variables are set:
 
 - ``GRPO_PROBE_TOKENS=DIR``: each rollout sample verl's vLLM server generates (``vLLMHttpServer.generate``, the
   token-in-token-out call of verl's agent loop) is appended to ``DIR/<pid>.jsonl`` as
-  ``{"t": wall time, "prompt_ids": [...], "token_ids": [...]}`` after it returned. Observes only.
+  ``{"t": wall time, "seed": ..., "prompt_ids": [...], "token_ids": [...]}`` after it returned.
+- ``GRPO_PROBE_SEED_PER_SAMPLE=BASE``: each rollout request is sampled with its own seed,
+  ``BASE + 16 * index + session_id`` (the data set row's ``index`` and the sample's number within its group,
+  both of which verl's agent loop hands ``SingleTurnAgentLoop.run``), set as ``seed`` in the sampling
+  parameters it passes on, which verl's vLLM server keeps. Without it vLLM draws every
+  request of an engine from that engine's one generator in arrival order, and which replica a request reaches
+  and what it is batched with are decided by the load balancer's timing: two runs of the same job sample
+  different tokens (measured: 4 of 5 runs differed, gate on or off alike). verl's own ``full_determinism``
+  seeds per replica, not per sample (two samples of one prompt on one replica come out identical), and turns on
+  CUDA-only batch-invariant kernels; so the test seeds per sample itself.
+- ``GRPO_PROBE_ORDERED_BATCH=1``: the training batch in data order. verl's v1 trainer names each prompt with
+  ``uuid.uuid4()`` and assembles the step's batch in the order samples finished (the replay buffer's dict), and
+  which samples share a rank or micro-batch follows from that order; with bf16 activations that changes the
+  step's numbers in the 3rd-4th digit (measured: two runs with identical rollouts gave grad_norm 14.2952 vs
+  14.2897). So the trainer's ``uuid`` is replaced by a counter (``UUID(int=n)``, in data order) and the batch's
+  keys (``<uid>_<session>...``) are sorted: the same samples, in an order that no longer depends on timing.
 - ``GRPO_PROBE_DROP_EXPORT_TENSOR=NAME``: the deliberate fault of the export-check scenario. When transformers
   writes a safetensors shard (``save_pretrained`` -> ``transformers.modeling_utils.safe_save_file``) holding
   ``NAME``, the tensor is left out of that shard: a Hugging Face export missing one weight, written by verl's
@@ -13,16 +28,53 @@ Does nothing unless its variables are set:
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import time
-from types import ModuleType
+import uuid
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import wrapt
 
 TOKENS = os.environ.get("GRPO_PROBE_TOKENS")
+SEED = os.environ.get("GRPO_PROBE_SEED_PER_SAMPLE")
+ORDERED = os.environ.get("GRPO_PROBE_ORDERED_BATCH") == "1"
 DROP = os.environ.get("GRPO_PROBE_DROP_EXPORT_TENSOR")
+
+
+if SEED:
+    @wrapt.when_imported("verl.experimental.agent_loop.single_turn_agent_loop")
+    def _seed_per_sample(module: ModuleType) -> None:
+        loop = module.SingleTurnAgentLoop
+        run = loop.run
+
+        async def run_seeded(self: Any, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
+            seed = int(SEED) + 16 * int(kwargs["index"]) + int(kwargs["session_id"])
+            return await run(self, {**sampling_params, "seed": seed}, **kwargs)
+
+        loop.run = run_seeded
+
+
+if ORDERED:
+    @wrapt.when_imported("verl.trainer.ppo.v1.trainer_base")
+    def _counted_uids(module: ModuleType) -> None:
+        counter = itertools.count(1)
+        module.uuid = SimpleNamespace(uuid4=lambda: uuid.UUID(int=next(counter)))
+
+    @wrapt.when_imported("verl.trainer.ppo.v1.replay_buffer")
+    def _batch_in_data_order(module: ModuleType) -> None:
+        buffer = module.ReplayBuffer
+        materialize = buffer._materialize_batch
+
+        def materialize_sorted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            batch = materialize(self, *args, **kwargs)
+            order = sorted(range(len(batch.keys)), key=lambda i: batch.keys[i])
+            return dataclasses.replace(batch, keys=[batch.keys[i] for i in order], tags=[batch.tags[i] for i in order])
+
+        buffer._materialize_batch = materialize_sorted
 
 
 if TOKENS:
@@ -31,9 +83,11 @@ if TOKENS:
         server = module.vLLMHttpServer
         generate = server.generate
 
-        async def generate_and_record(self: Any, prompt_ids: list[int], *args: Any, **kwargs: Any) -> Any:
-            out = await generate(self, prompt_ids, *args, **kwargs)
-            line = json.dumps({"t": time.time(), "prompt_ids": list(prompt_ids), "token_ids": list(out.token_ids)})
+        async def generate_and_record(self: Any, prompt_ids: list[int], sampling_params: dict[str, Any], *args: Any,
+                                      **kwargs: Any) -> Any:
+            out = await generate(self, prompt_ids, sampling_params, *args, **kwargs)
+            line = json.dumps({"t": time.time(), "seed": sampling_params.get("seed"), "prompt_ids": list(prompt_ids),
+                               "token_ids": list(out.token_ids)})
             with open(os.path.join(TOKENS, f"{os.getpid()}.jsonl"), "a") as f:
                 f.write(line + "\n")
             return out

@@ -82,6 +82,8 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
         f"actor_rollout_ref.model.path={MODEL}",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # no flash-attention on the CPU
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.use_kl_loss=False",
+        # the entropy function's inductor compile costs ~15 s per job on 2 CPU cores and is not under test
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=2",
@@ -103,6 +105,7 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
         "trainer.project_name=verl-ascend-ext", "trainer.experiment_name=grpo-cpu",
         # Ray hands out fake "GPU"s (the platform's resource name); generous CPUs or placement groups wait forever
         "ray_kwargs.ray_init.num_cpus=64", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+        "+ray_kwargs.ray_init.address=local",  # a new local cluster, never one another program started here
     ]
     if resume_from is not None:
         out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
@@ -126,6 +129,8 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, ranks: int = 2
         "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda and npu only
         "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status"),
         "GRPO_PROBE_TOKENS": str(directory / "tokens"),
+        "GRPO_PROBE_SEED_PER_SAMPLE": "1000",  # rollouts independent of routing and batching (see grpo_probe)
+        "GRPO_PROBE_ORDERED_BATCH": "1",  # the training batch in data order, not finishing order (see grpo_probe)
         "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1",
         MARK: marker, **(env or {}),
     }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
