@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from verl_ascend_ext.patching.gates import Gate
+from verl_ascend_ext.patching.gates import Gate, Setting
 from verl_ascend_ext.patching.record import Action, Fingerprint, PatchRecord, split_target
 from verl_ascend_ext.runtime import hookspecs
 
@@ -27,6 +27,7 @@ class Registry(NamedTuple):
     gates: tuple[Gate, ...]
     records: tuple[PatchRecord, ...]
     import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...]
+    settings: tuple[Setting, ...] = ()
 
     def record(self, patch_id: str) -> PatchRecord:
         for record in self.records:
@@ -90,7 +91,13 @@ def collect(pm: pluggy.PluginManager) -> Registry:
                         f"patch '{record.id}' (feature {record.feature}) {field} patch '{other.id}', which is not "
                         "registered as given; reference the declared record object")
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
-    return Registry(tuple(gates.values()), tuple(records.values()), hooks)
+    settings: dict[str, Setting] = {}
+    for batch in pm.hook.verl_ascend_ext_settings():
+        for setting in batch:
+            if setting.env in gates or settings.get(setting.env, setting) != setting:
+                raise FeatureDeclarationError(f"setting {setting.env} is declared twice (as a gate or another setting)")
+            settings[setting.env] = setting
+    return Registry(tuple(gates.values()), tuple(records.values()), hooks, tuple(settings.values()))
 
 
 def _check_record(record: PatchRecord) -> None:

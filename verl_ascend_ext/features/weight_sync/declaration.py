@@ -10,6 +10,7 @@ processes without any Ray-specific code.
 from __future__ import annotations
 
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+from verl_ascend_ext.patching.gates import Setting, positive_seconds
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 GATE = Gate(
@@ -17,6 +18,16 @@ GATE = Gate(
     default=True,
     doc="Weight-sync fixes for verl releases that lack them: cross-rank barrier before the KV cache resumes, "
     "no full gc.collect() on the sync path.",
+)
+
+BARRIER_TIMEOUT = Setting(
+    "VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT",
+    default=600.0,
+    doc="Seconds each rank waits at the barrier before the KV-cache resume for the other ranks; then it fails, "
+    "naming the ranks that did not arrive (default 600: far above the seconds the ranks' offloads differ by, "
+    "well below the 30 min a process group waits by default).",
+    parse=positive_seconds,
+    unit="s",
 )
 
 WORKERS = "verl.workers.engine_workers"
@@ -28,7 +39,8 @@ KV_BARRIER = PatchRecord(
     id="weight-sync-kv-barrier",
     feature="weight_sync",
     why="The leader rank resumes the rollout KV cache while other ranks still hold training memory (OOM on "
-    "non-leader ranks); all ranks must meet at a barrier first.",
+    "non-leader ranks); all ranks must meet at a barrier first, bounded by VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT "
+    "(a rank that died or stalls is named instead of hanging every other rank).",
     target=UPDATE_WEIGHTS,
     gate=GATE,
     distribution="verl",
@@ -113,6 +125,11 @@ RECEIVER_NO_GC = _bucket_record("Receiver")
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_settings() -> list[Setting]:
+    return [BARRIER_TIMEOUT]
 
 
 @hookimpl

@@ -20,7 +20,9 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
 
     verl's method is one coroutine, so the barrier goes in through the object it calls: for the
     duration of the call, ``self.rollout.resume`` is shadowed (on that rollout object only) by a
-    coroutine that runs ``torch.distributed.barrier`` in a thread before ``resume(tags=['kv_cache'])``.
+    coroutine that runs the bounded barrier (``barrier.bounded_barrier``: at most
+    ``VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT`` seconds, then an error naming the missing ranks) in a thread
+    before ``resume(tags=['kv_cache'])``.
     It also marks the call (``_in_update_weights``) for ``light_empty_cache_in_update_weights``.
     """
     token = _in_update_weights.set(True)
@@ -33,6 +35,8 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
 async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     import torch.distributed as dist
 
+    from verl_ascend_ext.features.weight_sync.barrier import bounded_barrier
+
     rollout = getattr(self, "rollout", None)
     if rollout is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
         return await original(self, *args, **kwargs)
@@ -42,7 +46,7 @@ async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) 
     async def resume_after_barrier(*r_args: Any, **r_kwargs: Any) -> Any:
         tags = r_kwargs.get("tags", r_args[0] if r_args else None)
         if tags is not None and "kv_cache" in tags:
-            await asyncio.to_thread(dist.barrier)
+            await asyncio.to_thread(bounded_barrier)
         return await resume(*r_args, **r_kwargs)
 
     rollout.resume = resume_after_barrier
