@@ -138,7 +138,8 @@ def test_module_text_and_class_bases_come_from_the_index_in_a_new_process(tmp_pa
     module.write_text("class Base:\n    def step(self):\n        return 1\n\n\nclass Child(Base):\n    pass\n")
     first = source.definition_in_file(module, "<module>").text
     assert source.definition_in_file(module, "Child.step", inherited=True).qualname == "Base.step"
-    assert _stored_entry(module)["module"] == first and _stored_entry(module)["bases"] == {"Base": [], "Child": ["Base"]}
+    stored = _stored_entry(module)
+    assert stored["module"] == first and stored["bases"] == {"Base": [], "Child": ["Base"]}
     source.clear_cache()  # a new process
     before = source.counts()
     assert source.definition_in_file(module, "<module>").text == first

@@ -11,7 +11,7 @@ torch.compile traces around it as it traces around the real NPU kernels:
   so a test sees whether the weights reached the kernel scaled;
 - ``torch_npu.npu_rotary_mul`` (``npu::npu_rotary_mul``): rotate-half rotary embedding;
 - ``torch.ops.vllm.maybe_chunk_residual``: returns the residual (vLLM-Ascend's behaviour outside a
-  forward context);
+  forward context), recorded in ``EVENTS`` when it runs;
 - ``torch_npu.npu_format_cast``: identity; ``torch.npu``: ``synchronize``/``empty_cache`` recorded in ``EVENTS``.
 ``install()`` puts the double in ``sys.modules['torch_npu']``: call it only in a throw-away interpreter.
 """
@@ -73,6 +73,7 @@ def _register_ops() -> None:
 
     @lib.custom_op("vllm::maybe_chunk_residual", mutates_args=())
     def maybe_chunk_residual(x: Tensor, residual: Tensor) -> Tensor:
+        EVENTS.append("maybe_chunk_residual")
         return residual.clone()
 
     @maybe_chunk_residual.register_fake

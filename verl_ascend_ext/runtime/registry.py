@@ -84,7 +84,11 @@ def collect(pm: pluggy.PluginManager) -> Registry:
             records[record.id] = record
             targets[record.target] = record.id
     for record in records.values():
-        for field in ("serves", "needs"):
+        if bool(record.covered_shapes) != bool(record.covered_by):
+            raise FeatureDeclarationError(
+                f"patch '{record.id}' (feature {record.feature}) declares covered_shapes without covered_by or the "
+                "reverse; give both: the shapes, and the records that fix the path in them")
+        for field in ("serves", "needs", "covered_by"):
             for other in getattr(record, field):
                 if records.get(other.id) != other:
                     raise FeatureDeclarationError(
@@ -115,8 +119,10 @@ def _check_record(record: PatchRecord) -> None:
         raise FeatureDeclarationError(
             f"{where} has versions {record.versions!r}, not a PEP 440 specifier set ({err}); "
             "write e.g. '>=0.9.0,<0.10'") from None
-    for field in ("original", "fixed"):
-        for fingerprint in _parts(getattr(record, field)):
+    shapes = [("original", record.original), ("fixed", record.fixed),
+              *(("variant", v.original) for v in record.variants), *(("covered", c) for c in record.covered_shapes)]
+    for field, shape in shapes:
+        for fingerprint in _parts(shape):
             if not fingerprint.contains and not fingerprint.absent and not fingerprint.never:
                 raise FeatureDeclarationError(
                     f"{where}: its {field} fingerprint has no patterns, so it recognises nothing; write patterns, "
