@@ -153,20 +153,20 @@ WARM_CHILD = """
 import json
 import verl_ascend_ext
 verl_ascend_ext.activate()
-import vllm.v1.engine.core  # the vLLM-core records apply here, reading the live classes' files
 from verl_ascend_ext.patching import source
 from verl_ascend_ext.patching.prediction import predict_all
 from verl_ascend_ext.runtime.registry import registry
 predicted = {s.id: s.status.value for s in predict_all(registry().records).statuses}
-applied = {k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items() if k.startswith("glm52-vllm")}
-print(json.dumps({"counts": source.counts(), "predicted": predicted, "applied": applied}))
+print(json.dumps({"counts": source.counts(), "predicted": predicted}))
 """
 
 
 def test_a_warm_process_parses_no_file(tmp_path: Path) -> None:
-    """Everything a process does with source (apply the vLLM-core records on import, predict every record incl. the
-    vLLM-Ascend set, whose records read whole modules and inherited methods) is served by the index a first
-    process wrote: the second parses no file and misses no entry, and decides every record the same way."""
+    """Predicting every record (verl's, vLLM 0.23.0's installed core.py, the vLLM-Ascend 0.23.0 set, whose records
+    read whole modules and inherited methods) in a second process is served by the index the first one wrote: it
+    parses no file and misses no entry, and decides every record the same way. ``apply`` reads the same entries
+    (``definition_of_object`` reads the live function's file through ``definitions``); its time is what
+    benchmarks/glm52_apply.py measures."""
     from glm52_ascend_fixtures import released_sources
     from subprocesses import last_json, run_python
 
@@ -175,5 +175,6 @@ def test_a_warm_process_parses_no_file(tmp_path: Path) -> None:
     assert cold["counts"]["parsed"] >= cold["counts"]["index_misses"] > 5
     assert warm["counts"]["parsed"] == 0 and warm["counts"]["index_misses"] == 0, warm["counts"]
     assert warm["counts"]["index_hits"] == cold["counts"]["index_misses"]
-    assert warm["predicted"] == cold["predicted"] and warm["applied"] == cold["applied"]
-    assert set(warm["applied"].values()) == {"applied"} and "refused" not in warm["predicted"].values()
+    assert warm["predicted"] == cold["predicted"]
+    decided = {k: v for k, v in warm["predicted"].items() if k.startswith("glm52-")}
+    assert set(decided.values()) == {"will-apply"}, decided  # vLLM 0.23.0 and vLLM-Ascend 0.23.0 read, none refused
