@@ -16,8 +16,11 @@ On 0.9.1 the two scenarios run concurrently (most of their time is spent waiting
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import sys
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from repo import REPO
@@ -110,3 +113,52 @@ def test_anchor_verl_091_in_tree_barrier_hangs_past_the_timeout(runs: dict[str, 
         stack = out["stacks"][str(rank)]
         assert "torch/distributed/distributed_c10d.py" in stack and "in barrier" in stack, stack
     assert "in to" in out["stacks"]["3"]  # the stalled rank is still in its offload
+
+
+WHEELS = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vet-artifacts"
+UPSTREAM = "            await asyncio.to_thread(torch.distributed.barrier)\n"
+
+
+def _engine_workers(tmp_path: Path, version: str) -> Path:
+    wheel = WHEELS / f"verl-{version}-py3-none-any.whl"
+    assert wheel.is_file(), f"{wheel} missing: run scripts/fetch_vet_artifacts.sh (scripts/test.sh does)"
+    with zipfile.ZipFile(wheel) as zf:
+        path = tmp_path / version / "engine_workers.py"
+        path.parent.mkdir()
+        path.write_bytes(zf.read("verl/workers/engine_workers.py"))
+    return path
+
+
+def _classify(path: Path) -> tuple[str, str]:
+    from verl_ascend_ext.features.weight_sync.declaration import KV_BARRIER
+    from verl_ascend_ext.patching import engine, source
+
+    definition = source.definition_in_file(path, KV_BARRIER.qualname)
+    status, detail = engine.classify(KV_BARRIER, definition, str(path))
+    return status.value, detail
+
+
+def test_the_record_tells_no_barrier_an_unbounded_one_and_a_bounded_one_apart(tmp_path: Path) -> None:
+    """On the released verl files: 0.9.0 (no barrier) and 0.9.1 (unbounded) are fixed by the record, each with its
+    own replacement; a barrier given a timeout is upstream's fix; a barrier in another place is refused."""
+    from verl_ascend_ext.features.weight_sync.declaration import KV_BARRIER
+    from verl_ascend_ext.patching import engine, source
+
+    v090, v091 = _engine_workers(tmp_path, "0.9.0"), _engine_workers(tmp_path, "0.9.1")
+    assert _classify(v090) == ("will-apply", "recognised the code to fix: " + KV_BARRIER.original.description)
+    assert _classify(v091) == ("will-apply", "recognised the code to fix: "
+                               + KV_BARRIER.variants[0].original.description)
+    wrappers = {engine.wrapper_for(KV_BARRIER, source.definition_in_file(p, KV_BARRIER.qualname)).rpartition(":")[2]
+                for p in (v090, v091)}
+    assert wrappers == {"barrier_before_kv_resume", "bounded_upstream_barrier"}
+    text = v091.read_text()
+    assert text.count(UPSTREAM) == 1
+    bounded = tmp_path / "bounded.py"
+    bounded.write_text(text.replace(UPSTREAM, "            await asyncio.to_thread(torch.distributed.monitored_barrier,"
+                                              " timeout=timedelta(seconds=60), wait_all_ranks=True)\n"))
+    assert _classify(bounded)[0] == "fixed-upstream"
+    moved = tmp_path / "moved.py"
+    moved.write_text(text.replace(UPSTREAM, "            await asyncio.to_thread(torch.distributed.barrier)\n"
+                                            "            log_gpu_memory_usage('moved', logger=logger)\n"))
+    status, detail = _classify(moved)
+    assert status == "refused" and "original fingerprint" in detail and "variant 1 fingerprint" in detail

@@ -64,7 +64,7 @@ KV_BARRIER = PatchRecord(
         wrapper="verl_ascend_ext.features.weight_sync.patch_code:bounded_upstream_barrier",
     ),),
     fixed=Fingerprint(
-        contains=(r"barrier\([^\n]*timeout[^\n]*\)\)?\n\s*" + KV_RESUME,),
+        contains=(r"barrier\b[^\n]*\btimeout\b[^\n]*\n\s*" + KV_RESUME,),
         description="a barrier given a timeout right before the KV cache resume",
     ),
     wrapper="verl_ascend_ext.features.weight_sync.patch_code:barrier_before_kv_resume",
