@@ -77,13 +77,22 @@ def survey(git_dir: str, refs: list[str]) -> list[dict]:
     return rows
 
 
+def _cell(patch: dict) -> str:
+    """The status; a ``covered`` one names the records that fix the path (short ids)."""
+    covering = re.match(r"covered by (.*?): ", patch["detail"]) if patch["status"] == "covered" else None
+    if covering is None:
+        return patch["status"]
+    names = [re.sub(r"^glm52-ascend-", "", part.split(" (")[0]) for part in covering.group(1).split(", ")]
+    return f"covered by {', '.join(f'`{n}`' for n in names)}"
+
+
 def markdown(rows: list[dict]) -> str:
     ids = list(rows[0]["patches"]) if rows else []
     short = [re.sub(r"^glm52-ascend-", "", i) for i in ids]
     out = ["| ref (version, commit) | " + " | ".join(f"`{s}`" for s in short) + " |",
            "|---" * (len(ids) + 1) + "|"]
     for row in rows:
-        cells = [row["patches"][i]["status"] for i in ids]
+        cells = [_cell(row["patches"][i]) for i in ids]
         out.append(f"| `{row['ref']}` {row['version']} | " + " | ".join(cells) + " |")
     out.append("")
     for row in rows:

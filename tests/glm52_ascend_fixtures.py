@@ -78,3 +78,36 @@ def predict_on(tree: Path) -> dict:
     out = last_json(run_python(PREDICT, pythonpath=str(tree)).stdout)
     assert out.pop("version") == VERSION, "the tree's METADATA was not found"
     return out
+
+
+LAYERNORM = "vllm_ascend/ops/layernorm.py"
+# vLLM-Ascend main's layernorm.py (snapshot 182b75ea84, 2026-08-22; unchanged since #13946) as git names its bytes:
+# `git rev-parse main:vllm_ascend/ops/layernorm.py`. main has no release on the package index, so the tests
+# rebuild it from the released 0.23.0 file with the edits main made (below) and check the result is that blob.
+MAIN_LAYERNORM_BLOB = "1222e53e068ea64a736989026fc735a93f43f65b"
+MAIN_LAYERNORM_EDITS = (  # (old, new, count): #11949 (weight prefetch config removed), #13946 (FlashComm v1 removed)
+    ("from vllm_ascend.utils import enable_custom_op, get_weight_prefetch_method\n",
+     "from vllm_ascend.utils import enable_custom_op\n", 1),
+    ("            residual = torch.ops.vllm.maybe_chunk_residual(x, residual)\n", "", 2),
+    ("        weight_prefetch_method = get_weight_prefetch_method()\n"
+     "        weight_prefetch_method.maybe_prefetch_mlp_weight_postprocess(x)\n", "", 1),
+)
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives a file's bytes (``git hash-object``)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def main_layernorm(tree: Path) -> Path:
+    """Turn ``tree``'s released 0.23.0 layernorm.py into vLLM-Ascend main's, byte for byte (checked by blob id)."""
+    path = tree / LAYERNORM
+    text = path.read_text(encoding="utf-8")
+    for old, new, count in MAIN_LAYERNORM_EDITS:
+        assert text.count(old) == count, f"edit anchor found {text.count(old)} times, expected {count}: {old!r}"
+        text = text.replace(old, new)
+    path.write_bytes(text.encode("utf-8"))
+    assert git_blob_id(path.read_bytes()) == MAIN_LAYERNORM_BLOB, "the rebuilt file is not vLLM-Ascend main's"
+    return path

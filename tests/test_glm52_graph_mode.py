@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from glm52_ascend_fixtures import released_sources
+from glm52_ascend_fixtures import copy_tree, main_layernorm, released_sources
 from repo import REPO
 from subprocesses import last_json, run_command, run_python
 
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_ascend_compiled.py"
 TRACED = {"glm52-ascend-rmsnorm-add-then-norm", "glm52-ascend-indexer-scale-base", "glm52-ascend-indexer-scale-a5",
-          "glm52-ascend-indexer-scale-cp"}
+          "glm52-ascend-indexer-scale-cp", "glm52-ascend-rmsnorm-add-then-norm-main"}
 BACKENDS = ("eager", "inductor")
 
 
@@ -27,7 +27,8 @@ BACKENDS = ("eager", "inductor")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tree = released_sources()
     work = tmp_path_factory.mktemp("compiled")
-    proc = run_command([sys.executable, str(SCENARIO), str(tree), str(work)],
+    main = main_layernorm(copy_tree(work / "main-tree"))  # vLLM-Ascend main's layernorm.py, checked byte for byte
+    proc = run_command([sys.executable, str(SCENARIO), str(tree), str(work), str(main)],
                        {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")}, check=False, timeout=1200,
                        pythonpath=str(tree))
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -44,21 +45,34 @@ def test_engine_applies_plain_functions_once_and_restores(compiled: dict) -> Non
     assert compiled["unpatched"] == dict.fromkeys(TRACED, True) and compiled["restored"] is True
 
 
+SHAPES = ("rmsnorm", "rmsnorm_main")  # vLLM-Ascend 0.23's forward_oot, and main's (the record's variant)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bias", ["no_bias", "bias"])
 @pytest.mark.parametrize("how", ["module", "direct"])
-def test_rmsnorm_with_residual_carries_the_fix_when_compiled(compiled: dict, backend: str, bias: str, how: str) -> None:
-    case = compiled["rmsnorm"][f"{bias}/residual/{how}"][backend]
+def test_rmsnorm_with_residual_carries_the_fix_when_compiled(compiled: dict, shape: str, backend: str, bias: str,
+                                                             how: str) -> None:
+    case = compiled[shape][f"{bias}/residual/{how}"][backend]
     assert case == {"compiled_equals_eager": True, "fix_visible_eagerly": True, "same_changes_as_eager": True}
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bias", ["no_bias", "bias"])
 @pytest.mark.parametrize("how", ["module", "direct"])
-def test_rmsnorm_without_residual_is_the_original_when_compiled(compiled: dict, backend: str, bias: str,
+def test_rmsnorm_without_residual_is_the_original_when_compiled(compiled: dict, shape: str, backend: str, bias: str,
                                                                 how: str) -> None:
-    case = compiled["rmsnorm"][f"{bias}/no_residual/{how}"][backend]
+    case = compiled[shape][f"{bias}/no_residual/{how}"][backend]
     assert case == {"compiled_equals_eager": True, "fix_visible_eagerly": False, "same_changes_as_eager": True}
+
+
+def test_main_rmsnorm_gets_the_replacement_without_maybe_chunk_residual(compiled: dict) -> None:
+    main = compiled["details"]["glm52-ascend-rmsnorm-add-then-norm-main"]
+    assert "without torch.ops.vllm.maybe_chunk_residual" in main
+    assert "maybe_chunk_residual" not in compiled["details"]["glm52-ascend-rmsnorm-add-then-norm"].split(":", 1)[0]
+    assert compiled["chunk_calls"]["0.23"] > 0 and compiled["chunk_calls"]["main"] == 0  # main has no such op
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -161,5 +175,5 @@ def test_every_record_states_where_it_runs() -> None:
     print(json.dumps({r.id: r.traced for r in registry().records}))
     """
     out = last_json(run_python(code).stdout)
-    assert {rid for rid, traced in out.items() if traced} == TRACED
+    assert {rid for rid, traced in out.items() if traced} == TRACED - {"glm52-ascend-rmsnorm-add-then-norm-main"}
     assert all(isinstance(v, bool) for v in out.values())

@@ -87,6 +87,9 @@ UNTRUSTED = {
     "a mis-shaped definition": lambda good: json.dumps(
         {**good, "definitions": {"step": [1, "1", "def step(x):\n    return x - 1"]}}).encode(),
     "the old layout": lambda good: json.dumps(good["definitions"]).encode(),
+    "bases not lists of names": lambda good: json.dumps({**good, "bases": {"Probe": [1]}}).encode(),
+    "no bases": lambda good: json.dumps({k: v for k, v in good.items() if k != "bases"}).encode(),
+    "a module text that is not text": lambda good: json.dumps({**good, "module": ["def step"]}).encode(),
 }
 
 
@@ -128,3 +131,50 @@ def test_corrupt_verdict_store_is_ignored_and_rewritten(tmp_path: Path, index_ho
     assert verdict(module) is Status.WILL_APPLY
     stored = json.loads(store.read_text())
     assert stored and all(isinstance(v, bool) for v in stored.values())
+
+
+def test_module_text_and_class_bases_come_from_the_index_in_a_new_process(tmp_path: Path, index_home: Path) -> None:
+    module = tmp_path / "probe_mod.py"
+    module.write_text("class Base:\n    def step(self):\n        return 1\n\n\nclass Child(Base):\n    pass\n")
+    first = source.definition_in_file(module, "<module>").text
+    assert source.definition_in_file(module, "Child.step", inherited=True).qualname == "Base.step"
+    stored = _stored_entry(module)
+    assert stored["module"] == first and stored["bases"] == {"Base": [], "Child": ["Base"]}
+    source.clear_cache()  # a new process
+    before = source.counts()
+    assert source.definition_in_file(module, "<module>").text == first
+    assert source.definition_in_file(module, "Child.step", inherited=True).qualname == "Base.step"
+    after = source.counts()
+    assert after["parsed"] == before["parsed"] and after["index_misses"] == before["index_misses"]
+    assert after["index_hits"] == before["index_hits"] + 1
+
+
+WARM_CHILD = """
+import json
+import verl_ascend_ext
+verl_ascend_ext.activate()
+from verl_ascend_ext.patching import source
+from verl_ascend_ext.patching.prediction import predict_all
+from verl_ascend_ext.runtime.registry import registry
+predicted = {s.id: s.status.value for s in predict_all(registry().records).statuses}
+print(json.dumps({"counts": source.counts(), "predicted": predicted}))
+"""
+
+
+def test_a_warm_process_parses_no_file(tmp_path: Path) -> None:
+    """Predicting every record (verl's, vLLM 0.23.0's installed core.py, the vLLM-Ascend 0.23.0 set, whose records
+    read whole modules and inherited methods) in a second process is served by the index the first one wrote: it
+    parses no file and misses no entry, and decides every record the same way. ``apply`` reads the same entries
+    (``definition_of_object`` reads the live function's file through ``definitions``); its time is what
+    benchmarks/glm52_apply.py measures."""
+    from glm52_ascend_fixtures import released_sources
+    from subprocesses import last_json, run_python
+
+    env = {"VERL_VLLM_ASCEND_GLM52_PATCH": "1", source.INDEX_DIR_ENV: str(tmp_path / "cache")}
+    cold, warm = (last_json(run_python(WARM_CHILD, env, pythonpath=str(released_sources())).stdout) for _ in range(2))
+    assert cold["counts"]["parsed"] >= cold["counts"]["index_misses"] > 5
+    assert warm["counts"]["parsed"] == 0 and warm["counts"]["index_misses"] == 0, warm["counts"]
+    assert warm["counts"]["index_hits"] == cold["counts"]["index_misses"]
+    assert warm["predicted"] == cold["predicted"]
+    decided = {k: v for k, v in warm["predicted"].items() if k.startswith("glm52-")}
+    assert set(decided.values()) == {"will-apply"}, decided  # vLLM 0.23.0 and vLLM-Ascend 0.23.0 read, none refused

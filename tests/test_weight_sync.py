@@ -51,12 +51,15 @@ def test_verl_090_without_plugin_races_and_collects(tmp_path) -> None:
 
 
 @pytest.mark.verl091
-def test_verl_091_fixed_upstream_nothing_wrapped(tmp_path) -> None:
+def test_verl_091_fixed_upstream_but_its_unbounded_barrier_replaced(tmp_path) -> None:
+    """verl 0.9.1 carries the GC fixes (recognised, nothing wrapped) and a barrier without a bound, which the
+    kv-barrier record's variant replaces by the bounded one (tests/test_weight_sync_barrier.py: 4 ranks)."""
     rank0, rank1 = run_scenario(tmp_path)
     for rank in (rank0, rank1):
-        assert rank["statuses"] == dict.fromkeys(IDS, "fixed-upstream")
-        assert rank["wrapped"] == {"update_weights": False, "cleanup": False}
+        assert rank["statuses"] == {**dict.fromkeys(IDS, "fixed-upstream"), "weight-sync-kv-barrier": "applied"}
+        assert rank["wrapped"] == {"update_weights": True, "cleanup": False}
         assert rank["full_gc"] == 0  # upstream's own code, recognised correctly
+        assert rank["still_coroutine_function"] and rank["dispatch_attrs_kept"]
     assert rank1["at"]["resume:kv_cache"] >= rank0["at"]["offloaded"]
 
 

@@ -10,7 +10,10 @@ run unchanged, the cross-definition ones on the released files found on PYTHONPA
 Simulated: the NPU kernels (verl_ascend_ext/tooling/selftest/npu_test_double.py: custom ops with fake
 implementations), the layers around the indexer (small linear maps) and the few module globals those bodies read
 (below).
-Usage: glm52_ascend_compiled.py <vllm-ascend source tree> <work dir>; prints one JSON object.
+vLLM-Ascend main's ``AscendRMSNorm.forward_oot`` (no ``maybe_chunk_residual``: the record's variant) is read from
+the third argument, main's layernorm.py as the test rebuilt it (glm52_ascend_fixtures.main_layernorm), into class
+``AscendRMSNormMain``, and goes through the same cases (``rmsnorm_main``).
+Usage: glm52_ascend_compiled.py <vllm-ascend source tree> <work dir> <main's layernorm.py>; prints one JSON object.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from verl_ascend_ext.features.glm52.ascend import declaration as glm52_ascend  #
 from verl_ascend_ext.patching import engine  # noqa: E402
 from verl_ascend_ext.patching.source import definitions  # noqa: E402
 
-TREE, WORK = Path(sys.argv[1]), Path(sys.argv[2])
+TREE, WORK, MAIN_LAYERNORM = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 MODULE = "glm52_traced_targets"
 torch._inductor.config.emulate_precision_casts = True  # inductor keeps bf16 roundings where eager has them
 
 SOURCES = {  # class in the generated module -> (released file, qualified names of its methods)
     "AscendRMSNorm": ("vllm_ascend/ops/layernorm.py", ["AscendRMSNorm.forward_oot"]),
+    "AscendRMSNormMain": (MAIN_LAYERNORM, ["AscendRMSNorm.forward_oot"]),
     "BaseDeviceAdaptor": ("vllm_ascend/device/device_op.py", ["BaseDeviceAdaptor.indexer_select_post_process"]),
     "A5DeviceAdaptor": ("vllm_ascend/device/device_op.py", ["A5DeviceAdaptor.indexer_select_post_process"]),
     "AscendSFAImpl": ("vllm_ascend/attention/sfa_v1.py", ["AscendSFAImpl.indexer_select_post_process"]),
@@ -109,6 +113,8 @@ def retarget(record: Any) -> Any:
 
 RECORDS = {r.id: retarget(r) for r in (glm52_ascend.RMSNORM, glm52_ascend.INDEXER_BASE,
                                        glm52_ascend.INDEXER_A5, glm52_ascend.INDEXER_CP)}
+MAIN_ID = f"{glm52_ascend.RMSNORM.id}-main"  # the same record on main's method (an id of its own for unpatch)
+RECORDS[MAIN_ID] = glm52_ascend.RMSNORM._replace(id=MAIN_ID, target=f"{MODULE}:AscendRMSNormMain.forward_oot")
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -150,19 +156,25 @@ g = torch.Generator().manual_seed(0)
 HIDDEN = 256
 
 
-class Norm(mod.AscendRMSNorm, torch.nn.Module):
-    """The attributes AscendRMSNorm.__init__ sets; ``_forward_method`` bound at construction, as CustomOp does."""
+def norm_class(released: type) -> type:
+    class Norm(released, torch.nn.Module):
+        """The attributes AscendRMSNorm.__init__ sets; ``_forward_method`` bound at construction, as CustomOp does."""
 
-    forward = CustomOp.forward  # vLLM's: ``return self._forward_method(*args, **kwargs)``
+        forward = CustomOp.forward  # vLLM's: ``return self._forward_method(*args, **kwargs)``
 
-    def __init__(self, bias: torch.Tensor | None) -> None:
-        torch.nn.Module.__init__(self)
-        gen = torch.Generator().manual_seed(1)
-        self.weight = torch.nn.Parameter((1 + 0.1 * torch.randn(HIDDEN, generator=gen)).to(torch.bfloat16),
-                                         requires_grad=False)
-        self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
-        self.bias_loaded, self.variance_epsilon = bias is not None, 1e-6
-        self._forward_method = self.forward_oot  # CustomOp.dispatch_forward on an out-of-tree platform
+        def __init__(self, bias: torch.Tensor | None) -> None:
+            torch.nn.Module.__init__(self)
+            gen = torch.Generator().manual_seed(1)
+            self.weight = torch.nn.Parameter((1 + 0.1 * torch.randn(HIDDEN, generator=gen)).to(torch.bfloat16),
+                                             requires_grad=False)
+            self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
+            self.bias_loaded, self.variance_epsilon = bias is not None, 1e-6
+            self._forward_method = self.forward_oot  # CustomOp.dispatch_forward on an out-of-tree platform
+
+    return Norm
+
+
+Norm, NormMain = norm_class(mod.AscendRMSNorm), norm_class(mod.AscendRMSNormMain)
 
 
 x = (3 * torch.randn(64, HIDDEN, generator=g)).to(torch.bfloat16)
@@ -178,12 +190,12 @@ def direct_call(layer: Any, *args: torch.Tensor) -> Any:
     return layer.forward_oot(*[a.clone() for a in args])
 
 
-def rms_cases() -> dict[str, Any]:
+def rms_cases(norm: type = Norm) -> dict[str, Any]:
     cases = {}
     for with_bias in (False, True):
         for residual in (False, True):
             for how, call in (("module", module_call), ("direct", direct_call)):
-                layer = Norm(bias if with_bias else None)
+                layer = norm(bias if with_bias else None)
                 args = (x, res) if residual else (x,)
                 name = f"{'bias' if with_bias else 'no_bias'}/{'residual' if residual else 'no_residual'}/{how}"
                 cases[name] = (call, (layer, *args))
@@ -297,6 +309,7 @@ def expected_scale(released_out: torch.Tensor) -> torch.Tensor:
 out: dict[str, Any] = {}
 rms, idx = rms_cases(), indexer_cases()
 released = {name: fn(*args) for name, (fn, args) in rms.items()}
+released_main = {name: fn(*args) for name, (fn, args) in rms_cases(NormMain).items()}
 released_idx = run_indexer(idx)
 
 # A deliberate proxy (what the engine installed before): the check below must see the fix vanish under compile.
@@ -325,6 +338,7 @@ mod.AscendRMSNorm.forward_oot = raw_released
 
 statuses = {rid: engine.apply(record).status.value for rid, record in RECORDS.items()}
 out["statuses"] = statuses
+out["details"] = {rid: engine.statuses()[rid].detail for rid in RECORDS}
 out["applied_twice"] = {rid: engine.apply(record).status.value for rid, record in RECORDS.items()}
 out["plain_functions"] = {
     "rmsnorm": type(vars(mod.AscendRMSNorm)["forward_oot"]) is types.FunctionType,
@@ -337,7 +351,12 @@ out["verl_marker_seen"] = {
                                  False),
     "original_untouched": not hasattr(raw_released, glm52_ascend.VERL_MARKER),
 }
+chunked = len(npu.EVENTS)
 out["rmsnorm"] = run_cases(rms_cases(), released)
+out["chunk_calls"] = {"0.23": npu.EVENTS[chunked:].count("maybe_chunk_residual")}
+del npu.EVENTS[chunked:]
+out["rmsnorm_main"] = run_cases(rms_cases(NormMain), released_main)
+out["chunk_calls"]["main"] = npu.EVENTS[chunked:].count("maybe_chunk_residual")
 idx_cases = indexer_cases()
 out["indexer"] = {}
 for name, (fn, args) in idx_cases.items():

@@ -132,21 +132,41 @@ def _explain(fingerprint: Fingerprint, own: Definition) -> str:
     return "; ".join(_explain(part, own) for part in fingerprint.also if not fingerprint_matches(part, own))
 
 
-def classify(record: PatchRecord, definition: Definition | None, where: str) -> tuple[Status, str]:
-    """The shared decision: fixed upstream, patchable, or refused (with the full message).
+def _originals(record: PatchRecord) -> list[tuple[Fingerprint, str]]:
+    """Each shape of code the record fixes with the wrapper for it: its own first, then its variants."""
+    return [(record.original, record.wrapper), *((v.original, v.wrapper) for v in record.variants)]
 
-    ``definition`` is None when the target is not defined; a fixed shape reading another definition
-    (``Fingerprint.at`` = "module:Qual.name") can still recognise a fix that removed it.
+
+def wrapper_for(record: PatchRecord, definition: Definition | None) -> str:
+    """The wrapper of the first shape of ``record.original`` / ``record.variants`` that ``definition`` has."""
+    for original, wrapper in _originals(record):
+        if fingerprint_matches(original, definition):
+            return wrapper
+    raise ValueError(f"{record.id}: no original shape matches {definition.where if definition else 'nothing'}")
+
+
+def classify(record: PatchRecord, definition: Definition | None, where: str) -> tuple[Status, str]:
+    """The shared decision: fixed upstream, covered by other records, patchable, or refused (with the full message).
+
+    ``definition`` is None when the target is not defined; a fixed or covered shape reading another definition
+    (``Fingerprint.at`` = "module:Qual.name") can still recognise a fix that removed it. ``covered`` is decided
+    here by the shape only; ``predict`` and ``apply`` then read the statuses of the records it names
+    (``coverage``).
     """
     for fixed in (record.fixed, *record.fixed_shapes):
         if fingerprint_matches(fixed, definition):
             return Status.FIXED_UPSTREAM, f"recognised the fix in place: {fixed.description}"
+    for shape in record.covered_shapes:
+        if fingerprint_matches(shape, definition):
+            return Status.COVERED, shape.description
     if definition is None:
         reason = f"'{record.qualname}' is not defined there"
-    elif fingerprint_matches(record.original, definition):
-        return Status.WILL_APPLY, f"recognised the code to fix: {record.original.description}"
     else:
-        reason = f"original fingerprint: {_explain(record.original, definition)}"
+        for original, _ in _originals(record):
+            if fingerprint_matches(original, definition):
+                return Status.WILL_APPLY, f"recognised the code to fix: {original.description}"
+        reason = "; ".join(f"{'original' if i == 0 else f'variant {i}'} fingerprint: {_explain(original, definition)}"
+                           for i, (original, _) in enumerate(_originals(record)))
     changed = [change.description for change in record.changes if fingerprint_matches(change, definition)]
     if changed:
         reason += "; what changed: " + "; ".join(changed)
@@ -177,6 +197,8 @@ def predict(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str,
         return PatchStatus(record.id, record.target, Status.REFUSED, refusal_message(record, None, str(path), reason),
                            str(path))
     status, detail = classify(record, definition, str(path))
+    if status is Status.COVERED:
+        status, detail = coverage([predict(c, disabled, env) for c in record.covered_by], detail)
     if status is Status.WILL_APPLY:
         copy = _enabled_foreign_copy(record, env)
         if copy is not None:
@@ -199,6 +221,22 @@ def _enabled_foreign_copy(record: PatchRecord, environ: Mapping[str, str]) -> st
             return (f"{copy.name} ({found.where}) is installed and enabled by {record.gate.env}: whichever copy loads "
                     "first applies the fix once, the other stands down (it sees the first one's marker)")
     return None
+
+
+def coverage(covering: list[PatchStatus], shape: str) -> tuple[Status, str]:
+    """``covered`` naming the covering records and their statuses, or ``disabled`` when one of them is not (or will
+    not be) in place: then nothing fixes the path."""
+    listed = ", ".join(f"{s.id} ({s.status})" for s in covering)
+    missing = [s for s in covering if s.status not in ACTIVE | DONE]
+    if missing or not covering:
+        return Status.DISABLED, (f"not covered: {shape}; but " + ", ".join(f"{s.id} ({s.status})" for s in missing)
+                                 + " will not fix it there")
+    return Status.COVERED, f"covered by {listed}: {shape}"
+
+
+def _in_process(records: tuple[PatchRecord, ...]) -> list[PatchStatus]:
+    return [current(r.id) or PatchStatus(r.id, r.target, Status.DISABLED, "not active in this process")
+            for r in records]
 
 
 def _missing_needs(needed: list[PatchStatus]) -> str | None:
@@ -257,7 +295,10 @@ def apply(record: PatchRecord) -> PatchStatus:
             owner, name, live = _resolve(record)
         except (KeyError, AttributeError):
             where = getattr(sys.modules.get(record.module), "__file__", None) or record.module
-            gone = _set(record, *classify(record, None, where))  # a fix may have removed the target (fixed_shapes)
+            status, detail = classify(record, None, where)  # a fix may have removed the target (fixed/covered shapes)
+            if status is Status.COVERED:
+                status, detail = coverage(_in_process(record.covered_by), detail)
+            gone = _set(record, status, detail)
             if gone.status is Status.REFUSED:
                 raise PatchRefusedError(gone.detail) from None
             return gone
@@ -284,16 +325,17 @@ def apply(record: PatchRecord) -> PatchStatus:
         if status is Status.FIXED_UPSTREAM:
             detail += expose_on_upstream(record, live)  # other copies stand down on the fixed code too (shield)
             return _set(record, status, detail, definition.where if definition else "")
+        if status is Status.COVERED:
+            return _set(record, *coverage(_in_process(record.covered_by), detail),
+                        definition.where if definition else "")
         if status is Status.WILL_APPLY and record.needs:
             # A needed patch whose module is not imported yet is PENDING and counts as on: it applies on import
             # or refuses loudly. One that ends fixed-upstream or already-applied then leaves this replacement
             # falling back to the original on every call (it never sees the context it waits for).
-            needed = [current(n.id) or PatchStatus(n.id, n.target, Status.DISABLED, "not active in this process")
-                      for n in record.needs]
-            missing = _missing_needs(needed)
+            missing = _missing_needs(_in_process(record.needs))
             if missing is not None:
                 return _set(record, Status.DISABLED, missing, definition.where if definition else "")
-        module_name, _, func_name = record.wrapper.partition(":")
+        module_name, _, func_name = wrapper_for(record, definition).partition(":")
         impl = getattr(importlib.import_module(module_name), func_name)
         where = definition.where if definition else record.module
         if record.action == Action.STATICMETHOD:
@@ -307,9 +349,10 @@ def apply(record: PatchRecord) -> PatchStatus:
             raw = build(impl, live, record.id, record.exposes_markers, record.traced)
         problem = untraceable(raw, impl, record.traced)
         if problem is not None:
-            message = (f"verl-ascend-ext refused patch '{record.id}': {problem} ({record.wrapper} for {record.target} "
-                       f"at {where}). Nothing was changed. Fix: the replacement must be a plain function that "
-                       f"passes state explicitly; or run without this fix by setting {DISABLE_ENV}={record.id}.")
+            message = (f"verl-ascend-ext refused patch '{record.id}': {problem} ({module_name}:{func_name} for "
+                       f"{record.target} at {where}). Nothing was changed. Fix: the replacement must be a plain "
+                       f"function that passes state explicitly; or run without this fix by setting "
+                       f"{DISABLE_ENV}={record.id}.")
             _set(record, Status.REFUSED, message)
             raise UntraceableReplacementError(message)
         if record.action == Action.STATICMETHOD:

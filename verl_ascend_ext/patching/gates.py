@@ -1,18 +1,21 @@
-"""Environment gates: the one parser for every boolean switch of the package, and the kill switch.
+"""Environment gates: the one parser for every boolean switch of the package, its settings and the kill switch.
 
 verl's config dataclasses reject unknown keys, so every setting of this package travels as an
 environment variable. A value we do not understand is an error that names the variable and the
-accepted spellings; it is never guessed.
+accepted spellings; it is never guessed. One rule for every variable of the package: unset, or set
+but empty (only spaces), means the declared default, as ``${VAR:-default}`` does in a shell
+(``export X=$UNSET`` must not switch a default-on feature off).
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 TRUE_VALUES = ("1", "true", "yes", "on")
-FALSE_VALUES = ("0", "false", "no", "off", "")
+FALSE_VALUES = ("0", "false", "no", "off")
 
 DISABLE_ENV = "VERL_ASCEND_EXT_DISABLE"
 
@@ -32,8 +35,32 @@ class Gate(NamedTuple):
         return parse_bool_env(self.env, self.default, environ)
 
 
+class Setting(NamedTuple):
+    """A non-boolean environment variable declared by a feature (e.g. a timeout), shown and checked like a gate.
+
+    ``parse(env, raw)`` turns a set, non-empty value into the setting's value or raises GateValueError naming
+    ``env``, the value and the fix; unset or empty means ``default``. ``unit`` is printed after the value.
+    """
+
+    env: str
+    default: Any
+    doc: str
+    parse: Callable[[str, str], Any]
+    unit: str = ""
+
+    def read(self, environ: Mapping[str, str] | None = None) -> Any:
+        env = os.environ if environ is None else environ
+        raw = env.get(self.env)
+        return self.default if is_default(raw) else self.parse(self.env, raw)
+
+
+def is_default(raw: str | None) -> bool:
+    """True when a variable's raw value means "use the default": unset, or set but empty (spaces only)."""
+    return raw is None or not raw.strip()
+
+
 def parse_bool(name: str, raw: str) -> bool:
-    """Parse ``raw`` (the value of env var ``name``); raise GateValueError naming both when unknown."""
+    """Parse ``raw`` (the non-empty value of env var ``name``); raise GateValueError naming both when unknown."""
     value = raw.strip().lower()
     if value in TRUE_VALUES:
         return True
@@ -41,22 +68,34 @@ def parse_bool(name: str, raw: str) -> bool:
         return False
     raise GateValueError(
         f"{name}={raw!r} is not a boolean this package understands. "
-        f"Use one of {', '.join(TRUE_VALUES)} to enable or {', '.join(v or repr(v) for v in FALSE_VALUES)} "
-        f"to disable (any case, surrounding spaces ignored), or unset {name} for its default."
+        f"Use one of {', '.join(TRUE_VALUES)} to enable or {', '.join(FALSE_VALUES)} "
+        f"to disable (any case, surrounding spaces ignored), or unset {name} (or set it empty) for its default."
     )
 
 
 def parse_bool_env(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """Read boolean env var ``name``; unset means ``default``."""
+    """Read boolean env var ``name``; unset or empty means ``default``."""
     env = os.environ if environ is None else environ
     raw = env.get(name)
-    if raw is None:
+    if is_default(raw):
         return default
     return parse_bool(name, raw)
 
 
+def positive_seconds(name: str, raw: str) -> float:
+    """A number of seconds > 0 (``Setting.parse`` of timeouts); raise GateValueError naming ``name`` otherwise."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise GateValueError(f"{name}={raw!r} is not a number of seconds greater than 0. Set it to e.g. 600, "
+                             f"or unset {name} (or set it empty) for its default.")
+    return value
+
+
 def disabled_patch_ids(known_ids: Iterable[str], environ: Mapping[str, str] | None = None) -> frozenset[str]:
-    """Patch ids switched off by ``VERL_ASCEND_EXT_DISABLE`` (``id,id`` or ``*``).
+    """Patch ids switched off by ``VERL_ASCEND_EXT_DISABLE`` (``id,id`` or ``*``; unset or empty: none).
 
     An id that no registered patch has is an error: a typo must not leave a patch on silently.
     """

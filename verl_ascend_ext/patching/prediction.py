@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from typing import NamedTuple
 
 from verl_ascend_ext.patching.engine import predict
-from verl_ascend_ext.patching.gates import Gate, GateValueError, disabled_patch_ids, parse_bool
+from verl_ascend_ext.patching.gates import Gate, GateValueError, Setting, disabled_patch_ids, is_default
 from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
 from verl_ascend_ext.patching.source import Lookup, looking_in
 
@@ -25,7 +25,7 @@ class Predictions(NamedTuple):
 
     statuses: tuple[PatchStatus, ...]
     disable_error: str | None  # VERL_ASCEND_EXT_DISABLE names unknown ids (then it was ignored)
-    gate_errors: Mapping[str, str]  # gate variable -> why its value is rejected, in gate order
+    gate_errors: Mapping[str, str]  # gate or setting variable -> why its value is rejected, in order
 
     @property
     def errors(self) -> list[str]:
@@ -39,26 +39,25 @@ class Predictions(NamedTuple):
         raise KeyError(patch_id)
 
 
-def _gate_errors(gates: Iterable[Gate], environ: Mapping[str, str]) -> dict[str, str]:
+def _gate_errors(gates: Iterable[Gate | Setting], environ: Mapping[str, str]) -> dict[str, str]:
     errors = {}
     for gate in gates:
-        raw = environ.get(gate.env)
-        if raw is None or gate.env in errors:
+        if is_default(environ.get(gate.env)) or gate.env in errors:
             continue
         try:
-            parse_bool(gate.env, raw)
+            gate.read(environ)
         except GateValueError as err:
             errors[gate.env] = str(err)
     return errors
 
 
 def predict_all(records: Sequence[PatchRecord], environ: Mapping[str, str] | None = None, *,
-                gates: Iterable[Gate] | None = None, lookup: Lookup | None = None) -> Predictions:
+                gates: Iterable[Gate | Setting] | None = None, lookup: Lookup | None = None) -> Predictions:
     """Predict every one of ``records`` for a process started with ``environ`` (default: this one's).
 
-    ``gates``: further gates whose values are checked besides the records' own (doctor passes every declared
-    gate, in declaration order). ``lookup``: read module files and versions from there instead of the installed
-    environment (vet).
+    ``gates``: further gates and settings whose values are checked besides the records' own gates (doctor passes
+    every declared gate, then every declared setting). ``lookup``: read module files and versions from there instead
+    of the installed environment (vet).
     """
     env = os.environ if environ is None else environ
     gate_errors = _gate_errors([*(gates or ()), *(r.gate for r in records)], env)

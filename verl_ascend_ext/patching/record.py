@@ -27,6 +27,10 @@ class Status(str, Enum):
     NOT_INSTALLED = "not-installed"
     DISABLED = "disabled"
     REFUSED = "refused"
+    # The patched path no longer exists on its own in this code: it runs through targets other records fix
+    # (``PatchRecord.covered_by``, named in the detail with their statuses), e.g. CP classes that now inherit the
+    # indexer a device-operator record scales. Not ``fixed-upstream``: upstream did not fix it, they do.
+    COVERED = "covered"
     PENDING = "pending"  # in-process only: gate on, hook registered, target module not imported yet
     # Static prediction only: the record's gate variable holds a value the gate parser rejects, so whether
     # the patch would run cannot be told (the process would refuse to start; doctor exits 2 naming it).
@@ -39,7 +43,8 @@ class Status(str, Enum):
 # Named groups of statuses, defined once. Status is a str enum whose hash is its value's, so a raw status
 # string read back from JSON (a Ray node's report, a process record) is found in these sets too.
 ACTIVE = frozenset({Status.APPLIED, Status.WILL_APPLY, Status.PENDING})  # the replacement runs or will run
-DONE = frozenset({Status.APPLIED, Status.FIXED_UPSTREAM, Status.ALREADY_APPLIED})  # the fix is in place
+DONE = frozenset({Status.APPLIED, Status.FIXED_UPSTREAM, Status.ALREADY_APPLIED,  # the fix is in place
+                  Status.COVERED})
 OFF = frozenset({Status.GATE_OFF, Status.DISABLED})  # switched off by its gate or the kill switch
 NEEDS_ATTENTION = frozenset({Status.REFUSED, Status.UNDECIDED})  # doctor prints their detail and flags them
 
@@ -120,6 +125,14 @@ class Fingerprint(NamedTuple):
         return "; ".join(parts) or "matches"
 
 
+class Variant(NamedTuple):
+    """Another shape of the code a patch fixes, with the replacement written for that shape (``wrapper``, as the
+    record's own): e.g. a later release that dropped a helper the first replacement calls."""
+
+    original: Fingerprint
+    wrapper: str
+
+
 class ForeignCopy(NamedTuple):
     """Another package's copy of a fix (e.g. verl's in-tree one), recognised statically by its source.
 
@@ -188,6 +201,14 @@ class PatchRecord(NamedTuple):
     # Patches whose replacement this one relies on (e.g. it reads a ContextVar theirs sets): this one stands
     # down (``disabled``, naming them) when one of them is off or will not be applied.
     needs: tuple[PatchRecord, ...] = ()
+    # Further shapes of the code to fix, each with its own replacement: ``original``/``wrapper`` are tried first,
+    # then each variant in order; the first whose fingerprint matches is applied (the status detail names it).
+    variants: tuple[Variant, ...] = ()
+    # Shapes in which the patched path runs through the targets of ``covered_by`` (all of them, e.g. one per
+    # device), so those records fix it: status ``covered``, naming them and their statuses; ``disabled`` when
+    # one of them is off or refused (nothing fixes the path then). Checked after ``fixed``, before ``original``.
+    covered_shapes: tuple[Fingerprint, ...] = ()
+    covered_by: tuple[PatchRecord, ...] = ()
 
     @property
     def module(self) -> str:

@@ -157,7 +157,7 @@ def _collect(body: list[ast.stmt], prefix: str, out: dict[str, ast.AST]) -> None
             _collect(nested, prefix, out)
 
 
-INDEX_FORMAT = 3  # bump when the normalisation or the entry layout changes: older entries are then ignored
+INDEX_FORMAT = 4  # bump when the normalisation or the entry layout changes: older entries are then ignored
 INDEX_DIR_ENV = "VERL_ASCEND_EXT_CACHE"
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"  # ast.unparse output depends on it
 
@@ -194,16 +194,46 @@ def _stamp(path: str) -> tuple[int, int, int, int]:
     return st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns
 
 
-def _parse(path: str, data: bytes) -> dict[str, tuple[int, int, str]]:
-    tree = ast.parse(data.decode("utf-8"), filename=path)
+Definitions = dict[str, tuple[int, int, str]]
+Bases = dict[str, tuple[str, ...]]
+
+
+class _Entry(NamedTuple):
+    """What the index keeps for one file version: every definition, the top-level classes' bases, and (once a
+    record asked for it) the normalised text of the whole module."""
+
+    digest: str
+    definitions: Definitions
+    bases: Bases
+    module: str | None
+
+
+# What this process did to get normalised source (read by tests: a warm process parses nothing).
+_counts = {"parsed": 0, "index_hits": 0, "index_misses": 0}
+
+
+def counts() -> dict[str, int]:
+    """Files parsed, and on-disk index entries found usable (hits) or not (misses), by this process so far."""
+    return dict(_counts)
+
+
+def _tree(path: str, data: bytes) -> ast.Module:
+    _counts["parsed"] += 1
+    return ast.parse(data.decode("utf-8"), filename=path)
+
+
+def _parse(path: str, data: bytes, digest: str) -> _Entry:
+    tree = _tree(path, data)
     found: dict[str, ast.AST] = {}
     _collect(tree.body, "", found)
-    result: dict[str, tuple[int, int, str]] = {}
+    result: Definitions = {}
     for qualname, node in found.items():
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         text = ast.unparse(_strip_docstring(node))
         result[qualname] = (node.lineno, first, text)
-    return result
+    bases = {node.name: tuple(b.id for b in node.bases if isinstance(b, ast.Name))
+             for node in tree.body if isinstance(node, ast.ClassDef)}
+    return _Entry(digest, result, bases, None)
 
 
 _matches: dict[str, bool] | None = None
@@ -248,11 +278,12 @@ def _read_verdicts(store: Path) -> dict[str, bool]:
     return {k: v for k, v in stored.items() if isinstance(v, bool)} if isinstance(stored, dict) else {}
 
 
-def _read_index(index: Path, digest: str) -> dict[str, tuple[int, int, str]] | None:
-    """The stored definitions of the file whose bytes hash to ``digest``, or None when the entry is not usable.
+def _read_index(index: Path, digest: str) -> _Entry | None:
+    """The stored entry of the file whose bytes hash to ``digest``, or None when the entry is not usable.
 
     Missing, unreadable, not JSON, another format or Python, another file's content (the digest is stored
-    in the entry and checked), or any definition not shaped (int, int, str): the entry is not trusted.
+    in the entry and checked), any definition not shaped (int, int, str), bases not lists of names, or a
+    module text that is not a string: the entry is not trusted.
     """
     try:
         stored = json.loads(index.read_text(encoding="utf-8"))
@@ -261,21 +292,29 @@ def _read_index(index: Path, digest: str) -> dict[str, tuple[int, int, str]] | N
     if not isinstance(stored, dict) or (stored.get("format"), stored.get("python"), stored.get("content")) != (
             INDEX_FORMAT, PYTHON, digest):
         return None
-    found = stored.get("definitions")
-    if not isinstance(found, dict):
+    found, bases, module = stored.get("definitions"), stored.get("bases"), stored.get("module")
+    if not isinstance(found, dict) or not isinstance(bases, dict) or not (module is None or isinstance(module, str)):
         return None
-    result: dict[str, tuple[int, int, str]] = {}
+    result: Definitions = {}
     for name, entry in found.items():
         if not (isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is int and type(entry[1]) is int
                 and isinstance(entry[2], str)):
             return None
         result[name] = (entry[0], entry[1], entry[2])
-    return result
+    if not all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in bases.values()):
+        return None
+    return _Entry(digest, result, {k: tuple(v) for k, v in bases.items()}, module)
+
+
+def _write_index(entry: _Entry) -> None:
+    _write_json(_index_file(entry.digest), {"format": INDEX_FORMAT, "python": PYTHON, "content": entry.digest,
+                                            "definitions": entry.definitions, "bases": entry.bases,
+                                            "module": entry.module}, "source index")
 
 
 @lru_cache(maxsize=256)
-def _parse_cached(path: str, stamp: tuple[int, int, int, int]) -> dict[str, tuple[int, int, str]]:
-    """Normalised definitions of one file version, from the on-disk index when another process made it.
+def _entry_cached(path: str, stamp: tuple[int, int, int, int]) -> _Entry:
+    """The index entry of one file version, from the on-disk index when another process made it.
 
     Parsing and unparsing a large module (vLLM's engine core: ~75 ms) would otherwise be paid in every
     process of a job. The index is keyed by the hash of the file's bytes, the Python version and the
@@ -284,20 +323,20 @@ def _parse_cached(path: str, stamp: tuple[int, int, int, int]) -> dict[str, tupl
     """
     data = Path(path).read_bytes()
     digest = content_digest(data)
-    index = _index_file(digest)
-    stored = _read_index(index, digest)
+    stored = _read_index(_index_file(digest), digest)
     if stored is not None:
+        _counts["index_hits"] += 1
         return stored
-    result = _parse(path, data)
-    _write_json(index, {"format": INDEX_FORMAT, "python": PYTHON, "content": digest, "definitions": result},
-                "source index")
-    return result
+    _counts["index_misses"] += 1
+    entry = _parse(path, data, digest)
+    _write_index(entry)
+    return entry
 
 
-def definitions(path: str | os.PathLike[str]) -> dict[str, tuple[int, int, str]]:
+def definitions(path: str | os.PathLike[str]) -> Definitions:
     """All definitions of a file: qualname -> (def line, first decorator line, normalised text)."""
     p = os.fspath(path)
-    return _parse_cached(p, _stamp(p))
+    return _entry_cached(p, _stamp(p)).definitions
 
 
 MODULE_QUALNAME = "<module>"  # the qualname that names a whole module's top-level code (import-action records)
@@ -305,21 +344,22 @@ MODULE_QUALNAME = "<module>"  # the qualname that names a whole module's top-lev
 
 @lru_cache(maxsize=64)
 def _module_text_cached(path: str, stamp: tuple[int, int, int, int]) -> str:
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
-    return ast.unparse(_strip_docstring(tree))
+    """The normalised text of the whole module, kept in its index entry from the first time a record asks for it
+    (most files are read only for their definitions, so it is not made when the entry is)."""
+    entry = _entry_cached(path, stamp)
+    if entry.module is not None:
+        return entry.module
+    data = Path(path).read_bytes()
+    text = ast.unparse(_strip_docstring(_tree(path, data)))
+    if content_digest(data) == entry.digest:  # the file did not change since the entry was read
+        _write_index(entry._replace(module=text))
+    return text
 
 
-@lru_cache(maxsize=64)
-def _class_bases_cached(path: str, stamp: tuple[int, int, int, int]) -> dict[str, tuple[str, ...]]:
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
-    return {node.name: tuple(b.id for b in node.bases if isinstance(b, ast.Name))
-            for node in tree.body if isinstance(node, ast.ClassDef)}
-
-
-def class_bases(path: str | os.PathLike[str]) -> dict[str, tuple[str, ...]]:
+def class_bases(path: str | os.PathLike[str]) -> Bases:
     """Top-level classes of a file -> the names of their bases that are plain names (``class A(B, C)``)."""
     p = os.fspath(path)
-    return _class_bases_cached(p, _stamp(p))
+    return _entry_cached(p, _stamp(p)).bases
 
 
 def definition_in_file(path: str | os.PathLike[str], qualname: str, inherited: bool = False) -> Definition | None:
@@ -372,8 +412,7 @@ def _definition_of_code(obj: object) -> Definition | None:
 
 
 def clear_cache() -> None:
-    _parse_cached.cache_clear()
+    _entry_cached.cache_clear()
     _module_text_cached.cache_clear()
-    _class_bases_cached.cache_clear()
     global _matches
     _matches = None

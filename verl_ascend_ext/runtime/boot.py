@@ -71,7 +71,7 @@ def activate(source: str = "api") -> None:
 
 def _boot(source: str) -> None:
     reg = registry()
-    for gate in reg.gates:
+    for gate in (*reg.gates, *reg.settings):
         gate.read()  # fail on a bad value now, naming the variable, not at first import of a target
     disabled = disabled_patch_ids(r.id for r in reg.records)
     active = []

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from verl_ascend_ext.patching.gates import Gate
+    from verl_ascend_ext.patching.gates import Gate, Setting
     from verl_ascend_ext.patching.record import PatchRecord
     from verl_ascend_ext.runtime.findings import Finding
 
@@ -49,10 +49,20 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def verl_ascend_ext_gates() -> Sequence[Gate]:
     """Declare the boolean environment gates of this feature.
 
-    Each gate's env var is parsed by the one gate parser (1/true/yes/on, 0/false/no/off/empty),
-    shown by ``verl-ascend doctor``, and carried into Ray workers and vLLM processes by the device
-    feature. A patch record carries its ``Gate`` object, which a
+    Each gate's env var is parsed by the one gate parser (1/true/yes/on, 0/false/no/off; unset or
+    empty: the gate's default), shown by ``verl-ascend doctor``, and carried into Ray workers and vLLM
+    processes by the device feature. A patch record carries its ``Gate`` object, which a
     feature must declare here.
+    """
+
+
+@hookspec
+def verl_ascend_ext_settings() -> Sequence[Setting]:
+    """Declare the non-boolean environment variables of this feature (``patching.gates.Setting``, e.g. a timeout).
+
+    Like a gate: unset or empty means its default; any other value goes through the setting's own parser, and
+    a value it rejects stops every process at boot and makes ``verl-ascend doctor`` exit 2, naming the variable.
+    Doctor shows each one with its parsed value; the device feature carries it into Ray workers.
     """
 
 

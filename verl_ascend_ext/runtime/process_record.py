@@ -332,7 +332,7 @@ class _Recorder:
 def keep_seconds(environ: Mapping[str, str] | None = None) -> float:
     env = os.environ if environ is None else environ
     raw = env.get(KEEP_ENV)
-    if raw is None:
+    if raw is None or not raw.strip():  # unset or empty: the default, like every variable of the package
         return DEFAULT_KEEP
     try:
         return max(0.0, float(raw))

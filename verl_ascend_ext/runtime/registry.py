@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from verl_ascend_ext.patching.gates import Gate
+from verl_ascend_ext.patching.gates import Gate, Setting
 from verl_ascend_ext.patching.record import Action, Fingerprint, PatchRecord, split_target
 from verl_ascend_ext.runtime import hookspecs
 
@@ -27,6 +27,7 @@ class Registry(NamedTuple):
     gates: tuple[Gate, ...]
     records: tuple[PatchRecord, ...]
     import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...]
+    settings: tuple[Setting, ...] = ()
 
     def record(self, patch_id: str) -> PatchRecord:
         for record in self.records:
@@ -83,14 +84,24 @@ def collect(pm: pluggy.PluginManager) -> Registry:
             records[record.id] = record
             targets[record.target] = record.id
     for record in records.values():
-        for field in ("serves", "needs"):
+        if bool(record.covered_shapes) != bool(record.covered_by):
+            raise FeatureDeclarationError(
+                f"patch '{record.id}' (feature {record.feature}) declares covered_shapes without covered_by or the "
+                "reverse; give both: the shapes, and the records that fix the path in them")
+        for field in ("serves", "needs", "covered_by"):
             for other in getattr(record, field):
                 if records.get(other.id) != other:
                     raise FeatureDeclarationError(
                         f"patch '{record.id}' (feature {record.feature}) {field} patch '{other.id}', which is not "
                         "registered as given; reference the declared record object")
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
-    return Registry(tuple(gates.values()), tuple(records.values()), hooks)
+    settings: dict[str, Setting] = {}
+    for batch in pm.hook.verl_ascend_ext_settings():
+        for setting in batch:
+            if setting.env in gates or settings.get(setting.env, setting) != setting:
+                raise FeatureDeclarationError(f"setting {setting.env} is declared twice (as a gate or another setting)")
+            settings[setting.env] = setting
+    return Registry(tuple(gates.values()), tuple(records.values()), hooks, tuple(settings.values()))
 
 
 def _check_record(record: PatchRecord) -> None:
@@ -108,8 +119,10 @@ def _check_record(record: PatchRecord) -> None:
         raise FeatureDeclarationError(
             f"{where} has versions {record.versions!r}, not a PEP 440 specifier set ({err}); "
             "write e.g. '>=0.9.0,<0.10'") from None
-    for field in ("original", "fixed"):
-        for fingerprint in _parts(getattr(record, field)):
+    shapes = [("original", record.original), ("fixed", record.fixed),
+              *(("variant", v.original) for v in record.variants), *(("covered", c) for c in record.covered_shapes)]
+    for field, shape in shapes:
+        for fingerprint in _parts(shape):
             if not fingerprint.contains and not fingerprint.absent and not fingerprint.never:
                 raise FeatureDeclarationError(
                     f"{where}: its {field} fingerprint has no patterns, so it recognises nothing; write patterns, "

@@ -9,8 +9,8 @@ HEADER = """# Patch catalogue
 Generated from the patch records by `verl-ascend catalogue`; do not edit by hand
 (`tests/test_catalogue.py` fails when this file is stale). Each patch applies only when its gate is
 on, `VERL_ASCEND_EXT_DISABLE` does not name it, and its target's code is recognised; otherwise it
-stands down (`fixed-upstream`, `already-applied`) or refuses loudly. `verl-ascend doctor` shows
-what each patch will do on an install.
+stands down (`fixed-upstream`, `already-applied`, `covered` by other records) or refuses loudly.
+`verl-ascend doctor` shows what each patch will do on an install.
 """
 
 
@@ -38,9 +38,14 @@ def render() -> str:
             f"| gate | `{record.gate.env}` |",
             f"| runs | {RUNS[record.traced]} |",
             f"| patches code that | {_cell(record.original.description)} |",
+            *(f"| or (variant, replacement `{v.wrapper.rpartition(':')[2]}`) | {_cell(v.original.description)} |"
+              for v in record.variants),
             f"| stands down when | {_cell('; or '.join(f.description for f in (record.fixed, *record.fixed_shapes)))}"
             + (f"; or marker `{'`, `'.join(record.foreign_markers)}` present" if record.foreign_markers else "")
             + " |",
+            *([f"| covered (by {', '.join(f'`{c.id}`' for c in record.covered_by)}) when | "
+               f"{_cell('; or '.join(c.description for c in record.covered_shapes))} |"]
+              if record.covered_shapes else []),
             *([f"| refuses, naming the change, when | {_cell('; or '.join(c.description for c in record.changes))} |"]
               if record.changes else []),
             f"| upstream | {_cell(record.upstream)} |",

@@ -14,7 +14,7 @@ from typing import Any
 
 from verl_ascend_ext.patching.distributions import installed
 from verl_ascend_ext.patching.engine import installed_version
-from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, parse_bool
+from verl_ascend_ext.patching.gates import DISABLE_ENV, Gate, GateValueError, Setting, is_default
 from verl_ascend_ext.patching.prediction import predict_all
 from verl_ascend_ext.patching.record import NEEDS_ATTENTION, Status
 from verl_ascend_ext.patching.source import find_module_file
@@ -84,19 +84,42 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _value_row(gate: Gate | Setting, environ: Mapping[str, str]) -> dict[str, Any]:
+    """One variable's row: its raw value, parsed value, default, and whether the default was used and why."""
+    raw = environ.get(gate.env)
+    row: dict[str, Any] = {"env": gate.env, "raw": raw, "default": gate.default, "value": gate.default,
+                           "error": None,
+                           "default_used": None if not is_default(raw) else ("unset" if raw is None else "empty")}
+    if not is_default(raw):
+        try:
+            row["value"] = gate.read(environ)
+        except GateValueError as err:
+            row["value"], row["error"] = None, str(err)
+    return row
+
+
 def gate_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
-    rows = []
-    for gate in registry().gates:
-        raw = environ.get(gate.env)
-        row: dict[str, Any] = {"env": gate.env, "raw": raw, "default": gate.default, "value": gate.default,
-                               "error": None}
-        if raw is not None:
-            try:
-                row["value"] = parse_bool(gate.env, raw)
-            except GateValueError as err:
-                row["value"], row["error"] = None, str(err)
-        rows.append(row)
-    return rows
+    """Every declared gate with its raw and parsed value; ``default_used`` is "unset" or "empty" when the default
+    applies (a set-but-empty value means the default, as ``${VAR:-default}``), else None."""
+    return [_value_row(gate, environ) for gate in registry().gates]
+
+
+def setting_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every declared setting (non-boolean variable), as ``gate_report`` gives the gates, plus its unit."""
+    return [{**_value_row(setting, environ), "unit": setting.unit} for setting in registry().settings]
+
+
+def _with_unit(value: Any, unit: str) -> str:
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{shown} {unit}".rstrip()
+
+
+def _raw_cell(row: dict[str, Any]) -> str:
+    if row["default_used"] == "unset":
+        return "unset"
+    if row["default_used"] == "empty":
+        return f"{row['raw']!r} (empty: default used)"
+    return repr(row["raw"])
 
 
 def feature_findings(environ: Mapping[str, str]) -> list[Finding]:
@@ -116,9 +139,10 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
     """The doctor report and its exit code (0 fine, 1 plugin will not load or a patch is refused, 2 bad input)."""
     env = dict(os.environ if environ is None else environ)
     reg = registry()
-    predictions = predict_all(reg.records, env, gates=reg.gates)
+    predictions = predict_all(reg.records, env, gates=(*reg.gates, *reg.settings))
     errors = predictions.errors
     gates = gate_report(env)
+    settings = setting_report(env)
     patches = [status.as_dict() for status in predictions.statuses]
     findings = feature_findings(env)
     ascend = ascend_report(env)
@@ -133,7 +157,9 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
         "duplicates": duplicates,
         "plugin": plugin,
         "gates": gates,
+        "settings": settings,
         "disable": env.get(DISABLE_ENV, ""),
+        "disable_raw": env.get(DISABLE_ENV),
         "patches": patches,
         "findings": [f.as_check() for f in findings],
         "errors": errors,
@@ -166,8 +192,16 @@ def format_report(report: dict[str, Any]) -> str:
     out += format_section(report["ascend"])
     out += ["", "Gates"]
     out.append(table([[g["env"], "INVALID" if g["error"] else ("on" if g["value"] else "off"),
-                        "unset" if g["raw"] is None else repr(g["raw"]), "on" if g["default"] else "off"]
+                        _raw_cell(g), "on" if g["default"] else "off"]
                        for g in report["gates"]], ["variable", "value", "raw", "default"]))
+    disable = report["disable_raw"]
+    out.append(f"kill switch {DISABLE_ENV}: " + ("unset (nothing disabled)" if disable is None else
+               f"{disable!r} (empty: default used, nothing disabled)" if is_default(disable) else repr(disable)))
+    if report["settings"]:
+        out += ["", "Settings"]
+        out.append(table([[s["env"], "INVALID" if s["error"] else _with_unit(s["value"], s["unit"]), _raw_cell(s),
+                           _with_unit(s["default"], s["unit"])] for s in report["settings"]],
+                         ["variable", "value", "raw", "default"]))
     out += ["", "Patches (predicted for a process started with this environment)"]
     out.append(table([[p["id"], p["status"], p["target"]] for p in report["patches"]], ["id", "status", "target"]))
     for p in report["patches"]:

@@ -164,7 +164,8 @@ def module_files(distribution: str) -> list[str]:
     for record in registry().records:
         if canonical_name(record.distribution) == canonical_name(distribution):
             modules.add(record.module)
-            shapes = [record.original, record.fixed, *record.fixed_shapes, *record.changes]
+            shapes = [record.original, record.fixed, *record.fixed_shapes, *record.changes,
+                      *(v.original for v in record.variants), *record.covered_shapes]
             parts = [*shapes, *(part for shape in shapes for part in shape.also)]
             modules.update(f.at.partition(":")[0] for f in parts if ":" in f.at)
         for copy in record.foreign_copies:

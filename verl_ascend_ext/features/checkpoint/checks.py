@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from verl_ascend_ext.features.checkpoint.mode import MODE_ENV, export_check_mode
-from verl_ascend_ext.patching.gates import GateValueError
+from verl_ascend_ext.patching.gates import GateValueError, is_default
 from verl_ascend_ext.patching.source import definition_in_file, find_module_file
 from verl_ascend_ext.runtime.findings import ERROR, INFO, OK, WARN, Finding
 
@@ -36,4 +36,10 @@ def mode_finding(environ: Mapping[str, str]) -> Finding:
     except GateValueError as err:
         return Finding.check("export check", ERROR, str(err))
     return Finding.check("export check", OK if mode != "off" else INFO,
-                         f"{MODE_ENV}={mode}" + (" (default)" if MODE_ENV not in environ else ""))
+                         f"{MODE_ENV}={mode}" + _default_note(environ.get(MODE_ENV)))
+
+
+def _default_note(raw: str | None) -> str:
+    if raw is None:
+        return " (default)"
+    return f" (default: {MODE_ENV} is set but empty, {raw!r})" if is_default(raw) else ""

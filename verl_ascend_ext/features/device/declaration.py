@@ -24,7 +24,7 @@ from verl_ascend_ext.features.device.targets import (
     RUNTIME_ENV_FUNCTION,
 )
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
-from verl_ascend_ext.patching.gates import GateValueError, parse_bool
+from verl_ascend_ext.patching.gates import GateValueError
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]
     from verl_ascend_ext.features.device.checks import platform_finding
 
     try:
-        on = parse_bool(GATE.env, environ[GATE.env]) if GATE.env in environ else GATE.default
+        on = GATE.read(environ)
     except GateValueError:
         return []  # doctor reports the invalid gate value itself
     return [platform_finding(on)]

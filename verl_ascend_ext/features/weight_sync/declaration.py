@@ -10,6 +10,8 @@ processes without any Ray-specific code.
 from __future__ import annotations
 
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+from verl_ascend_ext.patching.gates import Setting, positive_seconds
+from verl_ascend_ext.patching.record import Variant
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 GATE = Gate(
@@ -19,16 +21,28 @@ GATE = Gate(
     "no full gc.collect() on the sync path.",
 )
 
+BARRIER_TIMEOUT = Setting(
+    "VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT",
+    default=600.0,
+    doc="Seconds each rank waits at the barrier before the KV-cache resume for the other ranks; then it fails, "
+    "naming the ranks that did not arrive (default 600: far above the seconds the ranks' offloads differ by, "
+    "well below the 30 min a process group waits by default).",
+    parse=positive_seconds,
+    unit="s",
+)
+
 WORKERS = "verl.workers.engine_workers"
 UPDATE_WEIGHTS = f"{WORKERS}:ActorRolloutRefWorker.update_weights"
 BUCKETS = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
 KV_RESUME = r"await self\.rollout\.resume\(tags=\['kv_cache'\]\)"
+UPSTREAM_BARRIER = r"await asyncio\.to_thread\(torch\.distributed\.barrier\)"
 
 KV_BARRIER = PatchRecord(
     id="weight-sync-kv-barrier",
     feature="weight_sync",
     why="The leader rank resumes the rollout KV cache while other ranks still hold training memory (OOM on "
-    "non-leader ranks); all ranks must meet at a barrier first.",
+    "non-leader ranks); all ranks must meet at a barrier first, bounded by VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT "
+    "(a rank that died or stalls is named instead of hanging every other rank).",
     target=UPDATE_WEIGHTS,
     gate=GATE,
     distribution="verl",
@@ -38,13 +52,24 @@ KV_BARRIER = PatchRecord(
         absent=(r"torch\.distributed\.barrier",),
         description="KV cache resumed with no cross-rank barrier before it",
     ),
+    # verl 0.9.1 (PR #7851) has a barrier there, but an unbounded one that names no rank: not the fix this record
+    # makes, so it is a variant to replace, not fixed-upstream. Fixed means a barrier given a timeout.
+    variants=(Variant(
+        original=Fingerprint(
+            contains=(UPSTREAM_BARRIER + r"\n\s*" + KV_RESUME,),
+            absent=(r"timeout",),
+            description="unbounded barrier (await asyncio.to_thread(torch.distributed.barrier), verl 0.9.1) before "
+            "the KV cache resume: it runs the bounded barrier instead",
+        ),
+        wrapper="verl_ascend_ext.features.weight_sync.patch_code:bounded_upstream_barrier",
+    ),),
     fixed=Fingerprint(
-        contains=(r"await asyncio\.to_thread\(torch\.distributed\.barrier\)\n\s*" + KV_RESUME,),
-        description="barrier run off the event loop right before the KV cache resume",
+        contains=(r"barrier\b[^\n]*\btimeout\b[^\n]*\n\s*" + KV_RESUME,),
+        description="a barrier given a timeout right before the KV cache resume",
     ),
     wrapper="verl_ascend_ext.features.weight_sync.patch_code:barrier_before_kv_resume",
-    upstream="verl PR #7851 (in verl 0.9.1)",
-    remove_when="the minimum supported verl is 0.9.1",
+    upstream="verl PR #7851 (in verl 0.9.1: a barrier without a bound); bounded: none yet",
+    remove_when="verl's barrier before the KV-cache resume is bounded and names the missing ranks",
     traced=False,
 )
 
@@ -113,6 +138,11 @@ RECEIVER_NO_GC = _bucket_record("Receiver")
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_settings() -> list[Setting]:
+    return [BARRIER_TIMEOUT]
 
 
 @hookimpl

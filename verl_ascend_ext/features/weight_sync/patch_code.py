@@ -13,6 +13,7 @@ from typing import Any
 # True while ``ActorRolloutRefWorker.update_weights`` runs (set by its replacement below, in its task's context:
 # concurrent coroutines and other threads do not see it). Both targets run eagerly, never traced.
 _in_update_weights: ContextVar[bool] = ContextVar("verl_ascend_ext_in_update_weights", default=False)
+_shim_lock = threading.Lock()  # module stand-ins (``asyncio``, ``gc``) are installed once per module
 
 
 async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -20,7 +21,9 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
 
     verl's method is one coroutine, so the barrier goes in through the object it calls: for the
     duration of the call, ``self.rollout.resume`` is shadowed (on that rollout object only) by a
-    coroutine that runs ``torch.distributed.barrier`` in a thread before ``resume(tags=['kv_cache'])``.
+    coroutine that runs the bounded barrier (``barrier.bounded_barrier``: at most
+    ``VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT`` seconds, then an error naming the missing ranks) in a thread
+    before ``resume(tags=['kv_cache'])``.
     It also marks the call (``_in_update_weights``) for ``light_empty_cache_in_update_weights``.
     """
     token = _in_update_weights.set(True)
@@ -33,6 +36,8 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
 async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     import torch.distributed as dist
 
+    from verl_ascend_ext.features.weight_sync.barrier import bounded_barrier
+
     rollout = getattr(self, "rollout", None)
     if rollout is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
         return await original(self, *args, **kwargs)
@@ -42,7 +47,7 @@ async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) 
     async def resume_after_barrier(*r_args: Any, **r_kwargs: Any) -> Any:
         tags = r_kwargs.get("tags", r_args[0] if r_args else None)
         if tags is not None and "kv_cache" in tags:
-            await asyncio.to_thread(dist.barrier)
+            await asyncio.to_thread(bounded_barrier)
         return await resume(*r_args, **r_kwargs)
 
     rollout.resume = resume_after_barrier
@@ -53,6 +58,52 @@ async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) 
             rollout.resume = resume
         else:
             del rollout.resume
+
+
+async def bounded_upstream_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``update_weights`` of a verl whose own barrier before the KV-cache resume is unbounded (0.9.1).
+
+    verl calls ``await asyncio.to_thread(torch.distributed.barrier)`` there; ``asyncio`` of its module is
+    replaced (once) by a stand-in that, inside this call only (``_in_update_weights``, set in this task's context,
+    which ``to_thread`` carries into the thread), runs the bounded barrier instead; everything else goes to
+    ``asyncio`` unchanged.
+    """
+    _asyncio_shim_for(sys.modules[getattr(original, "__module__", None) or type(self).__module__])
+    token = _in_update_weights.set(True)
+    try:
+        return await original(self, *args, **kwargs)
+    finally:
+        _in_update_weights.reset(token)
+
+
+class _AsyncioWithBoundedBarrier(ModuleType):
+    """Stands in for ``asyncio`` in verl's worker module: ``to_thread(torch.distributed.barrier)`` with no arguments,
+    inside a patched ``update_weights``, runs ``barrier.bounded_barrier``."""
+
+    def __init__(self) -> None:
+        super().__init__("asyncio")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def to_thread(self, func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs and _in_update_weights.get() and func is _distributed_barrier():
+            from verl_ascend_ext.features.weight_sync.barrier import bounded_barrier
+
+            func = bounded_barrier
+        return await asyncio.to_thread(func, *args, **kwargs)
+
+
+def _distributed_barrier() -> Any:
+    import torch.distributed as dist
+
+    return dist.barrier
+
+
+def _asyncio_shim_for(module: ModuleType) -> None:
+    with _shim_lock:
+        if not isinstance(module.__dict__.get("asyncio"), _AsyncioWithBoundedBarrier):
+            module.asyncio = _AsyncioWithBoundedBarrier()
 
 
 def light_empty_cache() -> None:
@@ -90,9 +141,6 @@ class _NoFullGC(ModuleType):
         if getattr(self.skip, "depth", 0):
             return 0
         return gc.collect(generation)
-
-
-_shim_lock = threading.Lock()
 
 
 def _shim_for(module: ModuleType) -> _NoFullGC:

@@ -165,6 +165,8 @@ def facts(answer: dict[str, Any]) -> dict[str, tuple[Any, str]]:
         value = "INVALID" if gate["error"] else ("on" if gate["value"] else "off")
         out[f"gate {gate['env']}"] = (value, CHANGING)
         out[f"gate {gate['env']}{RAW}"] = ("unset" if gate["raw"] is None else gate["raw"], SPELLING)
+    for setting in report.get("settings", ()):
+        out[f"setting {setting['env']}"] = ("INVALID" if setting["error"] else setting["value"], CHANGING)
     disabled = sorted(p.strip() for p in report["disable"].split(",") if p.strip())
     out["VERL_ASCEND_EXT_DISABLE"] = (",".join(disabled) or "unset", CHANGING)
     out.update({f"patch {p['id']}": (p["status"], CHANGING) for p in report["patches"]})

@@ -93,7 +93,7 @@ def router_replay_findings(config: Any, setters: Mapping[str, Any]) -> list[Find
 
 def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) -> list[Finding]:
     from verl_ascend_ext.runtime.registry import registry
-    from verl_ascend_ext.tooling.doctor import gate_report
+    from verl_ascend_ext.tooling.doctor import gate_report, setting_report
 
     findings = []
     declared = {g.env for g in registry().gates}
@@ -120,7 +120,7 @@ def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) 
                                     f"environment ({gate}={row['raw']!r}); unset it or set it to 1"))
         elif row["error"] is None:
             findings.append(Finding("gates", gate, OK, "on (the recipe relies on it)"))
-    for row in rows.values():
+    for row in (*rows.values(), *setting_report(environ)):
         if row["error"]:
             findings.append(Finding("gates", row["env"], ERROR, row["error"]))
     findings += _expected_patch_findings(manifest, environ)

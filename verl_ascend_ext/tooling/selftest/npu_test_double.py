@@ -14,7 +14,7 @@ torch.compile traces around it as it traces around the real NPU kernels:
   so a test sees whether the weights reached the kernel scaled;
 - ``torch_npu.npu_rotary_mul`` (``npu::npu_rotary_mul``): rotate-half rotary embedding;
 - ``torch.ops.vllm.maybe_chunk_residual``: returns the residual (vLLM-Ascend's behaviour outside a
-  forward context);
+  forward context), recorded in ``EVENTS`` when it runs;
 - ``torch_npu.npu_format_cast``: identity; ``torch.npu``: ``synchronize``/``empty_cache`` recorded in ``EVENTS``.
 - vLLM-Ascend module globals the released method bodies read (``VLLM_ASCEND_GLOBALS``): ``enable_custom_op`` (True:
   the ``_C_ascend`` branch vLLM-Ascend takes on A2/A3 nodes with its compiled ops), ``get_weight_prefetch_method``
@@ -83,6 +83,7 @@ def _register_ops() -> None:
 
     @lib.custom_op("vllm::maybe_chunk_residual", mutates_args=())
     def maybe_chunk_residual(x: Tensor, residual: Tensor) -> Tensor:
+        EVENTS.append("maybe_chunk_residual")
         return residual.clone()
 
     @maybe_chunk_residual.register_fake

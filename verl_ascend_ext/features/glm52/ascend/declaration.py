@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from verl_ascend_ext.features.glm52 import GATE, VERL_CAMEM_MARKER, VERL_ENABLED, VERL_MARKER
 from verl_ascend_ext.patching import Action, Fingerprint, Gate, PatchRecord
-from verl_ascend_ext.patching.record import ForeignCopy
+from verl_ascend_ext.patching.record import ForeignCopy, Variant
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 DISTRIBUTION = "vllm-ascend"
@@ -64,11 +64,17 @@ RMSNORM = PatchRecord(
         absent=(r"npu_add_rms_norm",),
         description="residual added explicitly, then npu_rms_norm of the sum, bias added after the norm",
     ),
-    changes=(Fingerprint(
-        contains=(r"npu_add_rms_norm\w*\(x, residual",),
-        absent=(r"maybe_chunk_residual", r"residual = x \+ residual"),
-        description="the fused add-and-norm (the bug) is still there, but torch.ops.vllm.maybe_chunk_residual, which "
-        "the replacement calls, is gone (FlashComm v1 removed, vLLM-Ascend #13946, after v0.25.1rc1)",
+    variants=(Variant(
+        original=Fingerprint(
+            contains=(r"if residual is not None:\n\s+if enable_custom_op\(\):",
+                      r"npu_add_rms_norm_bias\(x, residual, self\.weight, self\.bias, self\.variance_epsilon\)",
+                      r"torch_npu\.npu_add_rms_norm\(x, residual, self\.weight, self\.variance_epsilon\)",
+                      r"return \(x, residual\)"),
+            absent=(r"residual = x \+ residual", r"maybe_chunk_residual"),
+            description="the same fused residual path without torch.ops.vllm.maybe_chunk_residual (FlashComm v1 "
+            "removed, vLLM-Ascend #13946, on main after v0.25.1rc1)",
+        ),
+        wrapper="verl_ascend_ext.features.glm52.ascend.patch_code.rmsnorm:add_then_rms_norm_unchunked",
     ),),
     wrapper="verl_ascend_ext.features.glm52.ascend.patch_code.rmsnorm:add_then_rms_norm",
     upstream=UPSTREAM_GLM52,
@@ -186,7 +192,7 @@ INDEXER_CP = PatchRecord(
         absent=(r"DeviceOperator\.",),
         description="AscendSFACPImpl.indexer_select_post_process scales weights before _execute_indexer_select",
     ),
-    fixed_shapes=(Fingerprint(
+    covered_shapes=(Fingerprint(
         at=f"{CP_MODULE}:<module>",
         contains=(r"^class \w+\([^)\n]*\bAscendSFAImpl\):",),
         absent=(r"^class AscendSFACPImpl\b", OWN_INDEXER),
@@ -195,9 +201,10 @@ INDEXER_CP = PatchRecord(
               Fingerprint(at=SFA_CALLER, contains=(r"DeviceOperator\.indexer_select_post_process\(self, ",),
                           description="AscendSFAImpl's indexer goes through DeviceOperator")),
         description="no CP bypass any more: AscendSFACPImpl is gone and the SFA context-parallel classes (subclasses "
-        "of AscendSFAImpl) define no indexer of their own, so they reach DeviceOperator.indexer_select_post_process "
-        "(scaled there by glm52-ascend-indexer-scale-base/-a5, or upstream)",
+        "of AscendSFAImpl) define no indexer of their own, so they reach DeviceOperator.indexer_select_post_process, "
+        "whose weights the device-operator records scale",
     ),),
+    covered_by=(INDEXER_BASE, INDEXER_A5),
     wrapper="verl_ascend_ext.features.glm52.ascend.patch_code.sfa:scale_cp_indexer_weights",
     upstream="none found (verl 0.9.1's in-tree copy does not cover the CP path either)",
     remove_when=REMOVE_GLM52,

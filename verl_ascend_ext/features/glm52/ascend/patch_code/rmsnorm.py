@@ -1,4 +1,7 @@
-"""Replacement for ``AscendRMSNorm.forward_oot`` (vLLM-Ascend 0.23): add the residual, then RMS-normalise the sum.
+"""Replacements for ``AscendRMSNorm.forward_oot``: add the residual, then RMS-normalise the sum.
+
+``add_then_rms_norm`` for vLLM-Ascend 0.23 (its residual path first calls ``torch.ops.vllm.maybe_chunk_residual``);
+``add_then_rms_norm_unchunked`` for the shape without that op (FlashComm v1 removed, vLLM-Ascend #13946, main).
 
 Imported only when the patch is applied, i.e. inside a vLLM-Ascend process where ``torch_npu`` exists.
 Runs inside the compiled model (vLLM-Ascend's graph mode): a plain function with no runtime context,
@@ -23,7 +26,18 @@ def add_then_rms_norm(original: Any, self: Any, x: torch.Tensor, residual: torch
     """
     if residual is None:
         return original(self, x)
-    residual = torch.ops.vllm.maybe_chunk_residual(x, residual)
+    return _add_then_norm(self, x, torch.ops.vllm.maybe_chunk_residual(x, residual))
+
+
+def add_then_rms_norm_unchunked(original: Any, self: Any, x: torch.Tensor,
+                                residual: torch.Tensor | None = None) -> Any:
+    """``add_then_rms_norm`` for code whose residual path has no ``maybe_chunk_residual`` (the op is gone there)."""
+    if residual is None:
+        return original(self, x)
+    return _add_then_norm(self, x, residual)
+
+
+def _add_then_norm(self: Any, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     residual = x + residual
     x = torch_npu.npu_rms_norm(residual, self.weight, self.variance_epsilon)[0]
     if self.bias is not None:
