@@ -46,6 +46,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     return report["exit_code"]
 
 
+PENDING = "pending"  # record.Status.PENDING: the target module was never imported in that process
 NOT_OBSERVABLE = {"traced": "not observable inside compiled code", "import": "n/a (import-time patch)"}
 
 
@@ -76,11 +77,13 @@ def format_report(report: dict[str, Any]) -> str:
         out += ["", f"Per patch ({whose}; idle Ray workers not counted)"]
         out.append(table([[pid, " ".join(f"{s}:{n}" for s, n in c.items()), ran(exercised.get(pid))]
                           for pid, c in report["summary"].items()], ["patch", "statuses", "replacement"]))
-        out += ["", "Per role"]
         by_role_exercised = report.get("by_role_exercised", {})
         role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items()),
                       ran(by_role_exercised.get(role, {}).get(pid))]
-                     for role, per in report["by_role"].items() for pid, c in per.items()]
+                     for role, per in report["by_role"].items() for pid, c in per.items() if set(c) != {PENDING}]
+        hidden = sum(1 for per in report["by_role"].values() for c in per.values() if set(c) == {PENDING})
+        out += ["", "Per role" + (f" ({hidden} row(s) only pending, their module never imported there, not shown; "
+                                  "--json has all)" if hidden else "")]
         out.append(table(role_rows, ["role", "patch", "statuses", "replacement"]))
     if report["notes"]:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
