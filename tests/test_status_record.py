@@ -24,6 +24,7 @@ from subprocesses import last_json, run_command, run_python, scrubbed_env
 
 from verl_ascend_ext.runtime import process_record as rr
 from verl_ascend_ext.runtime.status_report import aggregate, collect
+from verl_ascend_ext.tooling.status_cli import format_report
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
@@ -64,6 +65,47 @@ def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -
     assert after["versions"]["verl"] == verl_version()  # ...refreshed when a status changed after importing it
     assert after["updated"] > before["updated"]
     assert not [p for p in base.rglob(".*.tmp")]
+
+
+def test_an_eager_replacement_records_its_first_run_once(tmp_path: Path) -> None:
+    """applied -> exercised on the first call of the replacement: one record write, none on later calls."""
+    code = """
+    import json
+    import verl_ascend_ext
+    from verl_ascend_ext.runtime import process_record
+    verl_ascend_ext.activate()
+    import verl.trainer.constants_ppo as constants  # ray-runtime-env-gates applies on import
+    writes = []
+    write_atomic = process_record.write_atomic
+    process_record.write_atomic = lambda *a: (writes.append(a[1]), write_atomic(*a))[1]
+    path = process_record.record_path()
+    applied = json.load(open(path))["patches"]
+    constants.get_ppo_ray_runtime_env()
+    after_first = len(writes)
+    for _ in range(3):
+        constants.get_ppo_ray_runtime_env()
+    print(json.dumps({"applied": applied, "ran": json.load(open(path))["patches"], "after_first": after_first,
+                      "after_more": len(writes)}))
+    """
+    out = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}).stdout)
+    gates_patch = "ray-runtime-env-gates"
+    assert out["applied"][gates_patch] == {**out["applied"][gates_patch], "status": "applied", "observed": "eager",
+                                           "exercised": False}
+    assert out["ran"][gates_patch]["exercised"] is True
+    assert (out["after_first"], out["after_more"]) == (1, 1)  # written on the first call only
+    assert out["ran"]["glm52-ascend-rmsnorm-add-then-norm"]["observed"] == "traced"
+    assert out["ran"]["glm52-ascend-rmsnorm-add-then-norm"]["exercised"] is None  # cannot be observed: not guessed
+
+
+def test_traced_patches_are_shown_as_not_observable() -> None:
+    rec = synthetic(5, role="engine-core")
+    rec["patches"]["traced-fix"] = {"status": "applied", "target": "vllm_ascend.ops.layernorm:X.f", "imported": True,
+                                    "observed": "traced", "exercised": None}
+    rec["patches"]["vllm-fix"].update(observed="eager", exercised=True)
+    report = aggregate([rec, synthetic(6, role="engine-core")])
+    assert report["by_role_exercised"]["engine-core"]["vllm-fix"] == {"observed": "eager", "applied": 2, "ran": 1}
+    text = format_report(report)
+    assert "ran in 1 of 2" in text and "not observable inside compiled code" in text
 
 
 def test_a_second_loader_is_recorded(tmp_path: Path) -> None:
