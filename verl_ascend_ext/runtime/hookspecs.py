@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from verl_ascend_ext.patching.gates import Gate
     from verl_ascend_ext.patching.record import PatchRecord
     from verl_ascend_ext.runtime.findings import Finding
+    from verl_ascend_ext.runtime.settings import Setting
 
 PROJECT = "verl_ascend_ext"
 FEATURE_GROUP = "verl_ascend_ext.features"
@@ -53,6 +54,16 @@ def verl_ascend_ext_gates() -> Sequence[Gate]:
     shown by ``verl-ascend doctor``, and carried into Ray workers and vLLM processes by the device
     feature. A patch record carries its ``Gate`` object, which a
     feature must declare here.
+    """
+
+
+@hookspec
+def verl_ascend_ext_settings() -> Sequence[Setting]:
+    """Declare this feature's environment settings that are not boolean gates (a mode, a timeout, a path).
+
+    Each is a :class:`verl_ascend_ext.runtime.settings.Setting` (variable, default as shown, one-line doc); the
+    README's table of switches is generated from these and the gates (``verl-ascend switches``). The feature
+    parses its own values.
     """
 
 

@@ -111,6 +111,9 @@ def scenario(job: dict[str, Any]) -> dict[str, Any]:
 
     sys.path.insert(0, job["root"])  # real: its modules; both: its .dist-info (the version the engine reports)
     importlib.invalidate_caches()
+    for call in job.get("prepare", ()):  # e.g. a test double of an NPU-only module the patch code imports
+        module, _, function = call.partition(":")
+        getattr(importlib.import_module(module), function)()
     if job["mode"] == "standin":
         from verl_ascend_ext.testing.standin import install
 
@@ -192,6 +195,7 @@ def _fork(job: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
+    sys.path.extend(spec.get("path", ()))
     warmed = {}
     started = time.monotonic()
     for name in spec.get("warm", ()):

@@ -156,9 +156,9 @@ def _boot_for(release: Release, mode: str) -> str:
 
 
 def _run_jobs(jobs: list[dict[str, Any]], warm: list[str], work: Path, python: str,
-              env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+              env: Mapping[str, str], path: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     spec = work / f"jobs-{os.getpid()}-{time.monotonic_ns()}.json"
-    spec.write_text(json.dumps({"warm": warm, "jobs": jobs}), encoding="utf-8")
+    spec.write_text(json.dumps({"warm": warm, "jobs": jobs, "path": list(path)}), encoding="utf-8")
     proc = run_command([python, "-m", "verl_ascend_ext.testing.child", spec], dict(env), check=False, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"contract jobs failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -195,16 +195,20 @@ def _check_state(failures: list[Failure], record: PatchRecord, release: Release,
 
 def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], work: str | os.PathLike[str] | None
                    = None, *, python: str = sys.executable, parallel: int = 2,
-                   env: Mapping[str, str] | None = None) -> ContractReport:
+                   env: Mapping[str, str] | None = None, prepare: Sequence[str] = (),
+                   path: Sequence[str | os.PathLike[str]] = ()) -> ContractReport:
     """Check the contract of ``records`` on every one of ``releases`` that each concerns (module docstring).
 
     ``work``: scratch directory (mutant copies, job files; default a temporary one). ``python``: the interpreter
-    of the in-process half (this one). ``env``: extra variables for those processes.
+    of the in-process half (this one). ``env``: extra variables for those processes. ``prepare``:
+    ``"module:function"`` called in each in-process job before the plugin boots, ``path`` added to ``sys.path``
+    to find it (e.g. a test double of ``torch_npu`` for patch code that imports it on a machine without an NPU).
     """
     started = time.monotonic()
     if work is None:
         with tempfile.TemporaryDirectory(prefix="verl-ascend-contract-") as tmp:
-            return check_contract(records, releases, tmp, python=python, parallel=parallel, env=env)
+            return check_contract(records, releases, tmp, python=python, parallel=parallel, env=env,
+                                  prepare=prepare, path=path)
     work = Path(work)
     failures: list[Failure] = []
     halves: dict[str, list[str]] = {r.id: [] for r in records}
@@ -220,12 +224,16 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
         environments = _environments(involved)
         for scenario, environ in environments.items():
             jobs.append({"id": scenario, "kind": "scenario", "mode": mode, "root": str(release.root),
+                         "prepare": list(prepare),
                          "boot": _boot_for(release, mode), "env": environ, "records": [r.id for r in involved],
                          "again": scenario == "on"})
         per_release.append((release, covered, jobs, []))
         for record in covered:
             how = "real import" if release.importable else "released definitions in a stand-in module"
             halves[record.id].append(f"static + in-process ({how}): {release.name}")
+    from verl_ascend_ext.runtime.registry import registry
+
+    known_ids = [r.id for r in registry().records]
     # mutants: one per pattern, on the first release its shape decides
     deciding = {(r.id, rel.name): mutations.deciding_shape(r, rel) for rel, covered, _, _ in per_release
                 for r in covered}
@@ -249,10 +257,14 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
             copy = link_copy(release, work / f"r{releases.index(release)}" / f"m{number}")
             written = mutations.write_mutant(found, release, copy)
             involved = _with_dependencies([record])
-            environ = _environments(involved)["on"]
+            others = [i for i in known_ids if i not in {r.id for r in involved}]
+            # only this record (and those it serves or needs) on: another record of the same module cannot
+            # refuse first and leave it pending
+            environ = {**_environments(involved)["on"], DISABLE_ENV: ",".join(others)}
             before = predicted(record, release, environ)
             after = predicted(record, copy, environ)
-            job = {"kind": "mutant", "root": str(copy.root), "env": environ, "records": [r.id for r in involved]}
+            job = {"kind": "mutant", "root": str(copy.root), "env": environ, "records": [r.id for r in involved],
+                   "prepare": list(prepare)}
             jobs.append({**job, "id": f"m{number}", "mode": "standin", "boot": _boot_for(release, "standin")})
             if release.importable and after.status is Status.REFUSED and not any(j["id"].startswith("real-")
                                                                                  for j in jobs):
@@ -263,7 +275,8 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
     def run(item: tuple[Release, list[PatchRecord], list[dict[str, Any]], list[tuple]]) -> dict[str, dict[str, Any]]:
         release, covered, jobs, _ = item
         warm = warm_modules(covered, release) if release.importable else []
-        return _run_jobs(jobs, warm, work, python, env or {})
+        warm += [call.partition(":")[0] for call in prepare]
+        return _run_jobs(jobs, warm, work, python, env or {}, [str(p) for p in path])
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         outputs = list(pool.map(run, per_release))
@@ -337,15 +350,16 @@ def cached_releases(cache: str | os.PathLike[str], work: str | os.PathLike[str],
         if wanted is None or release.distribution in wanted:
             out.setdefault((release.distribution, release.version), release)
 
+    for i, tree in enumerate(sorted((cache / "vllm-ascend-src").glob("*"))):
+        if wanted is None or "vllm-ascend" in wanted:  # before the repacked wheel: it also holds what patch code imports
+            keep(rel.from_tree(tree, "vllm-ascend", tree.name, work / f"ascend-{i}",
+                               label=f"vLLM-Ascend {tree.name} sources (scripts/fetch_vllm_ascend.sh)"))
     for i, artifact in enumerate(sorted((cache / "vet-artifacts").glob("*.whl"))):
         dist = artifact.name.split("-")[0].replace("_", "-")
         if wanted is not None and dist not in wanted:
             continue
-        if dist == "vllm":
-            try:
-                keep(rel.installed_release("vllm", work / f"installed-{i}"))
-            except LookupError:
-                pass
+        if dist == "vllm":  # the installed vLLM (scripts/fetch_vllm.sh) imports for real: it goes first
+            keep(rel.installed_release("vllm", work / f"installed-{i}"))
         keep(rel.from_artifact(artifact, work / f"wheel-{i}", importable=dist == "verl"))
     for i, tree in enumerate(sorted((cache / "vllm-src").glob("*"))):
         if (wanted is None or "vllm" in wanted) and ("vllm", tree.name) not in out:

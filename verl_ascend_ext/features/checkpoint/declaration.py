@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from verl_ascend_ext.features.checkpoint.mode import MODE_ENV, MODES
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 from verl_ascend_ext.runtime.hookspecs import hookimpl
+from verl_ascend_ext.runtime.settings import Setting
 
 if TYPE_CHECKING:
     from verl_ascend_ext.runtime.findings import Finding
@@ -88,6 +90,12 @@ def _validate_mode(_module: ModuleType) -> None:
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_settings() -> list[Setting]:
+    return [Setting(MODE_ENV, f"`{MODES[0]}`", f"{', '.join(f'`{m}`' for m in MODES)}: what an export failing the "
+                    "check does (also `verl-ascend export-check`)")]
 
 
 @hookimpl
