@@ -28,7 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     missing = [name for name, present in TEST_TIER.items() if not present()]
     if missing:
         raise pytest.UsageError(f"the test tier is not installed ({', '.join(missing)} missing): run "
-                                "`bash scripts/setup_tests.sh` (VERL_ASCEND_EXT_VENV names the venv; scripts/test.sh runs it)")
+                                "`bash scripts/setup_tests.sh` (VERL_ASCEND_EXT_VENV names the venv; scripts/test.sh "
+                                "runs it)")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -351,7 +351,7 @@ def cached_releases(cache: str | os.PathLike[str], work: str | os.PathLike[str],
             out.setdefault((release.distribution, release.version), release)
 
     for i, tree in enumerate(sorted((cache / "vllm-ascend-src").glob("*"))):
-        if wanted is None or "vllm-ascend" in wanted:  # before the repacked wheel: it also holds what patch code imports
+        if wanted is None or "vllm-ascend" in wanted:  # before the repacked wheel: it holds what patch code imports
             keep(rel.from_tree(tree, "vllm-ascend", tree.name, work / f"ascend-{i}",
                                label=f"vLLM-Ascend {tree.name} sources (scripts/fetch_vllm_ascend.sh)"))
     for i, artifact in enumerate(sorted((cache / "vet-artifacts").glob("*.whl"))):

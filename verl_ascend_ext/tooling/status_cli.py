@@ -37,11 +37,23 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
         node_problems = []
         records, notes = collect(base)
     report = aggregate(records, notes)
+    report["declared_by"] = _declared_by(report)
     if node_problems:
         report["problems"] = node_problems + report["problems"]
         report["exit_code"] = 1
     print(json.dumps(report, indent=2) if as_json else format_report(report))
     return report["exit_code"]
+
+
+def _declared_by(report: dict[str, Any]) -> dict[str, str]:
+    """The distribution that declares each patch in the report, as installed where `status` runs."""
+    from verl_ascend_ext.runtime.registry import FeatureDeclarationError, registry
+
+    try:
+        known = registry().declared_by
+    except FeatureDeclarationError:
+        known = {}
+    return {pid: known.get(pid, "not installed here") for pid in report["summary"]}
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -57,8 +69,9 @@ def format_report(report: dict[str, Any]) -> str:
         out.append(table(rows, ["host", "pid", "role", "loaded by", "state", "patches"]))
     if report["summary"]:
         out += ["", "Per patch (active processes)"]
-        out.append(table([[pid, " ".join(f"{s}:{n}" for s, n in c.items())] for pid, c in report["summary"].items()],
-                          ["patch", "statuses"]))
+        declared = report.get("declared_by", {})
+        out.append(table([[pid, declared.get(pid, ""), " ".join(f"{s}:{n}" for s, n in c.items())]
+                          for pid, c in report["summary"].items()], ["patch", "declared by", "statuses"]))
         out += ["", "Per role"]
         role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items())]
                      for role, per in report["by_role"].items() for pid, c in per.items()]
