@@ -86,7 +86,8 @@ def test_contract(tmp_path):
     from pathlib import Path
     from verl_ascend_ext.testing import check_contract, from_artifact
     from myfix.declaration import RECORD
-    wheels = sorted(Path(os.environ["VERL_ASCEND_EXT_CACHE"], "vet-artifacts").glob("verl-*.whl"))
+    cache = os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")
+    wheels = sorted(Path(cache, "vet-artifacts").glob("verl-*.whl"))
     releases = [from_artifact(w, tmp_path / w.name, importable=True) for w in wheels]
     report = check_contract([RECORD], releases, tmp_path / "work")
     print(report.summary())
@@ -124,6 +125,7 @@ def build(root: Path, name: str, module: str, files: dict[str, str]) -> Path:
     src = root / f"{name}-src"
     (src / module).mkdir(parents=True)
     for rel, text in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
     (src / "pyproject.toml").write_text(textwrap.dedent(f"""
         [build-system]
@@ -183,7 +185,8 @@ def test_doctor_and_status_list_the_record_with_its_distribution(scratch: Path, 
                python=python(scratch))
     status = json.loads(run_command([python(scratch), "-m", "verl_ascend_ext.tooling.cli", "status", "--json", "--dir",
                                      str(status_dir)], check=False).stdout)
-    assert status["summary"][PATCH] == {"applied": 1} and status["declared_by"][PATCH] == DIST, status
+    assert [proc["patches"][PATCH] for proc in status["processes"]] == ["applied"], status  # the process ended
+    assert status["declared_by"][PATCH] == DIST, status
 
 
 SPAWN = """

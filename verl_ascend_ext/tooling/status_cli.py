@@ -53,7 +53,8 @@ def _declared_by(report: dict[str, Any]) -> dict[str, str]:
         known = registry().declared_by
     except FeatureDeclarationError:
         known = {}
-    return {pid: known.get(pid, "not installed here") for pid in report["summary"]}
+    ids = {*report["summary"], *(pid for proc in report["processes"] for pid in proc["patches"])}
+    return {pid: known.get(pid, "not installed here") for pid in sorted(ids)}
 
 
 def format_report(report: dict[str, Any]) -> str:
