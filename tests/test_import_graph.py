@@ -98,7 +98,7 @@ def test_patching_imports_nothing_of_the_package_outside_it() -> None:
 
 
 # Each layer may import only itself and the layers before it. The package's ``__init__`` (the public
-# ``activate`` / ``patch_statuses``) and ``_version`` stand outside the layers; nothing of the package imports ``testing``.
+# ``activate`` / ``patch_statuses``) and ``_version`` stand outside the layers; ``testing`` is the contract kit.
 LAYERS = ("patching", "runtime", "features", "tooling", "testing")  # testing: the contract kit, for tests only
 
 
