@@ -45,7 +45,7 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> list[Release]:
 @pytest.fixture(scope="module")
 def report(releases: list[Release], tmp_path_factory: pytest.TempPathFactory) -> ContractReport:
     result = check_contract(registry().records, releases, tmp_path_factory.mktemp("contract"),
-                            prepare=["npu_test_double:install"], path=[REPO / "tests" / "scenarios"])
+                            prepare={"vllm-ascend": ["npu_test_double:install"]}, path=[REPO / "tests" / "scenarios"])
     SUMMARIES.append(result.summary())
     return result
 

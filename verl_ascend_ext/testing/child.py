@@ -1,8 +1,10 @@
 """The processes of the contract suite: ``python -m verl_ascend_ext.testing.child JOBS.json`` prints one JSON list.
 
-One interpreter serves many jobs (ddtrace-style shared starts): it imports the ``warm`` modules once (the
-third-party packages the targets import: torch, ray, ...), then forks one child per job, so each job starts
-from a fresh plugin and fresh target modules at the cost of a fork. A job is one of:
+One interpreter serves many jobs, of one or several releases (ddtrace-style shared starts): it imports the
+``warm`` modules once (the third-party packages the targets import: torch, ray, ...), then forks one child per
+job, so each job starts from a fresh plugin and fresh target modules at the cost of a fork. After a job that
+imported a release for real, the interpreter also imports the third-party modules that job loaded (never a
+module of the release or of this package), so the next jobs fork with them already loaded. A job is one of:
 
 - ``scenario``: set the job's environment, make the release importable (``real``: its tree first on
   ``sys.path``; ``standin``: its definitions, ``standin.install``), boot the plugin as production does
@@ -12,8 +14,10 @@ from a fresh plugin and fresh target modules at the cost of a fork. A job is one
   is). A refusal that stops the process (a target imported during ``import verl``: SystemExit) or raises on
   import is reported, not fatal. With ``again``, boot once more through every loader and apply each record
   again, and report the state once more.
-- ``doctor``: the release tree first on ``sys.path``, doctor's report (``tooling.doctor.build_report``) for the
-  job's environment; the rows of the job's records.
+- ``doctor``: the release tree first on ``sys.path`` (and, for ``standin``, its stand-in finder first on
+  ``sys.meta_path``, so that a tree holding only some files of a package is the one found, not an installed
+  copy), doctor's report (``tooling.doctor.build_report``) for the job's environment; the rows of the job's
+  records.
 - ``mutant``: ``doctor``, then ``scenario``, in one process (doctor imports no target).
 """
 
@@ -115,9 +119,7 @@ def scenario(job: dict[str, Any]) -> dict[str, Any]:
         module, _, function = call.partition(":")
         getattr(importlib.import_module(module), function)()
     if job["mode"] == "standin":
-        from verl_ascend_ext.testing.standin import install
-
-        install(job["root"])
+        _stand_in(job["root"])
     records = [registry().record(i) for i in job["records"]]
     out: dict[str, Any] = {"boot": _boot(job["boot"]), "imports": {}}
     for module in dict.fromkeys(r.module for r in records):
@@ -146,9 +148,21 @@ def scenario(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _stand_in(root: str) -> None:
+    """The release at ``root`` served as its released definitions (``standin``), once per process."""
+    from pathlib import Path
+
+    from verl_ascend_ext.testing.standin import StandIn, install
+
+    if not any(isinstance(f, StandIn) and f.root == Path(root) for f in sys.meta_path):
+        install(root)
+
+
 def doctor(job: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, job["root"])
     importlib.invalidate_caches()
+    if job.get("mode") == "standin":
+        _stand_in(job["root"])
     from verl_ascend_ext.tooling.doctor import build_report
 
     report, code = build_report(job["env"])
@@ -168,14 +182,34 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     return {"scenario": scenario, "doctor": doctor, "mutant": mutant}[job["kind"]](job)
 
 
+def _loaded_since(before: set[str], job: dict[str, Any]) -> list[str]:
+    """Modules this job process loaded, in import order, but those of the release and of this package."""
+    from pathlib import Path
+
+    root = Path(job["root"])
+    own = {p.name for p in root.iterdir()} | {"verl_ascend_ext", "__main__"}
+    out = []
+    for name, module in list(sys.modules.items()):
+        if name in before or name.split(".")[0] in own:
+            continue
+        file = getattr(module, "__file__", None) or ""
+        if file and Path(file).is_relative_to(root):
+            continue
+        out.append(name)
+    return out
+
+
 def _fork(job: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the job's own process
         os.close(read)
+        before = set(sys.modules)
         try:
             result = _run(job)
+            if job.get("mode") == "real":
+                result["loaded"] = _loaded_since(before, job)
         except BaseException:
             result = {"crash": traceback.format_exc()}
         with os.fdopen(write, "w") as out:
@@ -192,21 +226,35 @@ def _fork(job: dict[str, Any]) -> dict[str, Any]:
     return {**json.loads(data), "seconds": round(time.monotonic() - started, 3)}
 
 
+def _warm(names: list[str], warmed: dict[str, bool]) -> None:
+    for name in names:
+        if name in sys.modules or name in warmed:
+            continue
+        try:
+            importlib.import_module(name)
+            warmed[name] = True
+        except Exception:  # a warm-up only saves time; the job imports what it needs itself (and reports it)
+            warmed[name] = False
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
     sys.path.extend(spec.get("path", ()))
-    warmed = {}
+    warmed: dict[str, bool] = {}
     started = time.monotonic()
-    for name in spec.get("warm", ()):
-        try:
-            importlib.import_module(name)
-            warmed[name] = True
-        except Exception:  # a warm-up only saves time; the job imports what it needs itself
-            warmed[name] = False
+    _warm(spec.get("warm", []), warmed)
     warm_seconds = time.monotonic() - started
-    results = [{"id": job["id"], **_fork(job)} for job in spec["jobs"]]
-    print(json.dumps({"warmed": warmed, "warm_seconds": round(warm_seconds, 3), "results": results}))
+    results = []
+    for job in spec["jobs"]:
+        result = _fork(job)
+        learned = result.pop("loaded", [])
+        started = time.monotonic()
+        _warm(learned, warmed)
+        warm_seconds += time.monotonic() - started
+        results.append({"id": job["id"], **result})
+    print(json.dumps({"warmed": sum(warmed.values()), "not_warmed": sorted(n for n, ok in warmed.items() if not ok),
+                      "warm_seconds": round(warm_seconds, 3), "results": results}))
     return 0
 
 

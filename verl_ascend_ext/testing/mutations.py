@@ -21,6 +21,7 @@ of the definition, which replaces the definition's lines in a copy of the file (
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import keyword
 import re
@@ -265,17 +266,34 @@ def _changed(token: _Token, style: str) -> str:
     return token.text[: quote + 1] + "mutated_" + token.text[quote + 1:]
 
 
-def _without_match(text: str, regex: str, index: int, style: str) -> str | None:
-    """``text`` with the ``index``-th token of every match of ``regex`` changed, until nothing matches."""
+def _without_match(text: str, tokens: list[_Token], regex: str, index: int, style: str) -> str | None:
+    """``text`` with the ``index``-th token of every match of ``regex`` changed, until nothing matches.
+
+    ``tokens`` are ``text``'s (``_tokens``); a changed token stays one token of its kind, so they are shifted,
+    not made again.
+    """
+    tokens = list(tokens)
     for _ in range(50):
         found = re.search(regex, text, re.M)
         if found is None:
             return text
-        inside = [t for t in _tokens(text) if found.start() <= t.start and t.end <= max(found.end(), found.start() + 1)]
+        first = bisect.bisect_left([t.start for t in tokens], found.start())
+        end = max(found.end(), found.start() + 1)
+        inside = []
+        for i in range(first, len(tokens)):
+            if tokens[i].start >= end:
+                break
+            if tokens[i].end <= end:
+                inside.append(i)
         if not inside:
             return None
-        token = inside[min(index, len(inside) - 1)]
-        text = text[: token.start] + _changed(token, style) + text[token.end:]
+        at = inside[min(index, len(inside) - 1)]
+        token = tokens[at]
+        changed = _changed(token, style)
+        text = text[: token.start] + changed + text[token.end:]
+        shift = len(changed) - len(token.text)
+        tokens[at] = token._replace(end=token.end + shift, text=changed)
+        tokens[at + 1:] = [t._replace(start=t.start + shift, end=t.end + shift) for t in tokens[at + 1:]]
     return None
 
 
@@ -293,29 +311,47 @@ def _body_insertions(text: str, statement: str) -> list[str]:
     return ["\n".join([*lines[:first], *block, *lines[first:]]), "\n".join([*lines[:last], *block, *lines[last:]])]
 
 
-def candidates(pattern: Pattern, text: str) -> list[str]:
+def candidates(pattern: Pattern, text: str) -> Iterator[str]:
     """Normalised edits of ``text`` after which ``pattern`` is broken: no longer matches (contains) or matches
-    (absent)."""
-    out: list[str] = []
+    (absent), made one at a time; an edit that renames the definition itself (which only removes the target)
+    comes after every edit of its body."""
+    edits: Iterator[str | None]
     if pattern.kind == "contains":
         found = re.search(pattern.regex, text, re.M)
         if found is None:
-            return []
-        count = len([t for t in _tokens(text) if found.start() <= t.start and t.end <= found.end()])
-        edits = [_without_match(text, pattern.regex, i, style) for style in STYLES for i in range(count)]
+            return
+        tokens = _tokens(text)
+        count = len([t for t in tokens if found.start() <= t.start and t.end <= found.end()])
+        edits = (_without_match(text, tokens, pattern.regex, i, style) for style in STYLES for i in range(count))
     else:
-        edits = [e for s in statements_matching(pattern.regex) for e in _body_insertions(text, s)]
+        edits = (e for s in statements_matching(pattern.regex) for e in _body_insertions(text, s))
+    name = _defined_name(text)
+    seen: set[str] = set()
+    renaming: list[str] = []
     for edit in edits:
-        if edit is None:
+        new = normalised(edit) if edit is not None else None
+        if new is None or new in seen:
             continue
-        new = normalised(edit)
-        if new is None or new in out:
-            continue
+        seen.add(new)
         broken = re.search(pattern.regex, new, re.M) is None if pattern.kind == "contains" else \
             re.search(pattern.regex, new, re.M) is not None
-        if broken:
-            out.append(new)
-    return out
+        if not broken:
+            continue
+        if name is not None and _defined_name(new) != name:
+            renaming.append(new)
+        else:
+            yield new
+    yield from renaming
+
+
+def _defined_name(text: str) -> str | None:
+    """The name ``text`` defines when it is one function or class, else None."""
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return None
+    return body[0].name if len(body) == 1 and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                    ast.ClassDef)) else None
 
 
 # ---- mutants ---------------------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ them: ``tooling.vet.open_artifact``), from the installed environment, or from an
 diff applied (a fix in the shape upstream would write it, e.g. ``patches/``). Every release tree carries a
 ``<name>-<version>.dist-info/METADATA`` (written when the artifact has none), so that a process with the tree
 first on ``sys.path`` reports that version through ``importlib.metadata``, as the engine reads it.
-``copy`` makes a tree another process can change one file of without touching the original (every file a
-symbolic link but the ones replaced), for mutants.
+``link_copy`` makes a tree another process can change one file of without touching the original (links to
+the release's files and folders but on the way to that file), for mutants.
 """
 
 from __future__ import annotations
@@ -138,15 +138,21 @@ def copy_packages(source: Path, dest: Path, packages: tuple[str, ...] | None) ->
                 shutil.copy2(entry, dest / entry.name)
 
 
-def link_copy(release: Release, dest: Path) -> Release:
-    """A tree at ``dest`` whose files are symbolic links to ``release``'s (fast; replace a file to change it)."""
-    for top in release.root.iterdir():
-        if top.is_dir():
-            shutil.copytree(top, dest / top.name, symlinks=True, copy_function=os.symlink,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            dest.mkdir(parents=True, exist_ok=True)
-            os.symlink(top, dest / top.name)
+def link_copy(release: Release, dest: Path, changing: Path) -> Release:
+    """A tree at ``dest`` that reads as ``release`` but lets ``changing`` (a file of it) be replaced (fast).
+
+    Only the folders on the way to ``changing`` are made; everything else is a symbolic link to ``release``'s,
+    whole folders where possible (a mutant of a large release costs a few dozen links, not one per file).
+    """
+    relative = changing.relative_to(release.root)
+    source, target = release.root, dest
+    for part in relative.parts:
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in source.iterdir():
+            if entry.name != part and entry.name != "__pycache__":
+                os.symlink(entry, target / entry.name, target_is_directory=entry.is_dir())
+        source, target = source / part, target / part
+    os.symlink(source, target)
     return release._replace(root=dest)
 
 
