@@ -60,11 +60,16 @@ def declarer(pm: pluggy.PluginManager, plugin: object) -> str:
     return UNPACKAGED
 
 
+OWN_DISTRIBUTION = "verl-ascend-ext"
+
+
 def _results(pm: pluggy.PluginManager, hook: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
-    """(declarer, item) for every item each implementation of ``hook`` returns, in pluggy's call order."""
-    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+    """(declarer, item) for every item each implementation of ``hook`` returns: this package's features first,
+    then other distributions' by name (the order never depends on ``sys.path``), each in pluggy's call order."""
+    impls = [(declarer(pm, impl.plugin), impl) for impl in reversed(getattr(pm.hook, hook).get_hookimpls())]
+    for who, impl in sorted(impls, key=lambda pair: (pair[0] != OWN_DISTRIBUTION, pair[0])):
         for item in impl.function(**kwargs) or ():
-            yield declarer(pm, impl.plugin), item
+            yield who, item
 
 
 def _by(who: str) -> str:
