@@ -51,6 +51,16 @@ def scrubbed(name: str) -> bool:
     return name not in KEPT and (name in SCRUBBED_NAMES or name.startswith(SCRUBBED_PREFIXES))
 
 
+def declared_gates() -> frozenset[str]:
+    """The gates of every registered feature (none when the features do not load: then nothing reads a gate)."""
+    from verl_ascend_ext.runtime.registry import FeatureDeclarationError, registry
+
+    try:
+        return frozenset(gate.env for gate in registry().gates)
+    except FeatureDeclarationError:  # a bad feature declaration stops every boot before a gate is read
+        return frozenset()
+
+
 def scrubbed_env(extra: Mapping[str, str | None] | None = None, *, pythonpath: str | None = None) -> dict[str, str]:
     """``os.environ`` without the variables below, then ``extra`` over it (a ``None`` value removes the name),
     then ``PYTHONPATH=pythonpath`` when given.
@@ -60,9 +70,11 @@ def scrubbed_env(extra: Mapping[str, str | None] | None = None, *, pythonpath: s
     ``PYTORCH_NPU_``, ``NNODES_``; the names ``VERL_USE_EXTERNAL_PLUGINS``, ``VERL_PLATFORM``, ``DEVICE``,
     ``DRY_RUN``, ``RAY_ADDRESS``, ``PYTHONPATH``. Kept although matching: the cache/venv locations
     ``VERL_ASCEND_EXT_CACHE``, ``VERL_ASCEND_EXT_VENV``, ``VERL_ASCEND_EXT_VLLM_VENV``,
-    ``VERL_ASCEND_EXT_VLLM_LATER_PY``.
+    ``VERL_ASCEND_EXT_VLLM_LATER_PY``. Also removed: every gate a registered feature declares, whatever its
+    name (a feature package's own gate, e.g. ``MYFIX_ON``).
     """
-    env = {k: v for k, v in os.environ.items() if not scrubbed(k)}
+    gates = declared_gates()
+    env = {k: v for k, v in os.environ.items() if not scrubbed(k) and k not in gates}
     for key, value in (extra or {}).items():
         if value is None:
             env.pop(key, None)
