@@ -189,6 +189,13 @@ def test_doctor_and_status_list_the_record_with_its_distribution(scratch: Path, 
     assert status["declared_by"][PATCH] == DIST, status
 
 
+def test_the_kits_scrubbed_environment_drops_the_packages_gate(scratch: Path) -> None:
+    """A test of the package starts from ``scrubbed_env``: its gate, set in the developer's shell, is not inherited."""
+    code = "import json, os; from verl_ascend_ext.testing import scrubbed_env; print(json.dumps(" \
+           f"[os.environ.get({GATE!r}), {GATE!r} in scrubbed_env()]))"
+    assert last_json(run_python(code, {GATE: "1"}, python=python(scratch)).stdout) == ["1", False]
+
+
 SPAWN = """
 import json, multiprocessing
 
