@@ -84,9 +84,16 @@ class ContractReport(NamedTuple):
     def summary(self) -> str:
         killed, tested = self.score
         unexercised = [m for m in self.mutations if m.outcome == "unexercised"]
-        out = ["patch contract", ""]
+        out = ["patch contract: where each record was checked", ""]
+        full: dict[str, None] = {}
         for record, lines in self.halves.items():
-            out += [f"  {record}"] + [f"    {line}" for line in lines]
+            checks: dict[str, list[str]] = {}
+            for line in lines:
+                how, _, release = line.partition(": ")
+                full.setdefault(release)
+                checks.setdefault(how, []).append(_short(release))
+            out.append(f"  {record}: " + "; ".join(f"{how}: {', '.join(names)}" for how, names in checks.items()))
+        out += ["", "releases:"] + [f"  {name}" for name in full]
         out += ["", f"mutation score: {killed}/{tested} patterns killed "
                     f"({len(unexercised)} unexercised, {len(self.mutations)} patterns in all)"]
         for m in self.mutations:
@@ -96,6 +103,12 @@ class ContractReport(NamedTuple):
         out += ["", f"{len(self.failures)} failure(s) in {self.seconds:.1f} s"]
         out += [f"  FAIL {f}" for f in self.failures]
         return "\n".join(out)
+
+
+def _short(release: str) -> str:
+    """``vllm-ascend 0.23.0 (sources + 0001-x.diff)`` -> ``vllm-ascend 0.23.0 + 0001-x.diff``."""
+    base, _, label = release.partition(" (")
+    return " + ".join([base, *label.rstrip(")").split(" + ")[1:]])
 
 
 def _environments(records: Sequence[PatchRecord]) -> dict[str, dict[str, str]]:
@@ -328,13 +341,7 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
                     _check_state(failures, record, release, f"{scenario}: target untouched", expected, state, 0)
         for pattern, found, before, after, number, written, _copy in pending:
             record = pattern.record
-            changed = after.status is not before.status
-            outcome = "killed" if changed and len(found.flips) == 1 else "dead"
-            why = (f"{before.status} -> {after.status} ({written})" if changed
-                   else f"verdict stays {after.status} ({written})")
-            if len(found.flips) > 1:
-                why += f"; every edit that breaks it also changes {', '.join(found.flips[1:])}"
-            results.append(MutationResult(pattern.name, release.name, outcome, why, pattern.reason))
+            results.append(judge(found, release, before, after, written))
             for job_id in (f"m{number}", f"real-m{number}"):
                 got = out.get(job_id)
                 if got is None:
@@ -350,12 +357,28 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
                          got["live"]["records"][record.id])
                 if job_id.startswith("real-"):
                     halves[record.id].append(f"refusal of a mutant also through a real import: {release.name}")
-    for m in results:
-        if m.outcome != "killed" and not m.reason:
-            failures.append(Failure(m.pattern.split(" ", 1)[0], m.release, "mutation",
-                                    f"{m.outcome} pattern with no reason: {m.pattern}: {m.detail}. Make the pattern "
-                                    "tell code apart, or keep it with Fingerprint(kept=((pattern, why),))"))
+    failures += unexplained(results)
     return ContractReport(failures, results, halves, time.monotonic() - started)
+
+
+def judge(found: mutations.Mutant, release: Release, before: PatchStatus, after: PatchStatus,
+          written: Path | str) -> MutationResult:
+    """Killed: the mutant's verdict differs and no other pattern of the shape changed; else dead."""
+    changed = after.status is not before.status
+    outcome = "killed" if changed and len(found.flips) == 1 else "dead"
+    why = (f"{before.status} -> {after.status} ({written})" if changed
+           else f"verdict stays {after.status} ({written})")
+    if len(found.flips) > 1:
+        why += f"; every edit that breaks it also changes {', '.join(found.flips[1:])}"
+    return MutationResult(found.pattern.name, release.name, outcome, why, found.pattern.reason)
+
+
+def unexplained(results: Iterable[MutationResult]) -> list[Failure]:
+    """A failure for each dead or unexercised pattern whose fingerprint gives no reason to keep it."""
+    return [Failure(m.pattern.split(" ", 1)[0], m.release, "mutation",
+                    f"{m.outcome} pattern with no reason: {m.pattern}: {m.detail}. Make the pattern tell code apart, "
+                    "or keep it with Fingerprint(kept=((pattern, why),))")
+            for m in results if m.outcome != "killed" and not m.reason]
 
 
 def cached_releases(cache: str | os.PathLike[str], work: str | os.PathLike[str],
