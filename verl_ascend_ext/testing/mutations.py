@@ -1,8 +1,9 @@
 """Mutants of released sources, one per fingerprint pattern: is each pattern what tells that code apart?
 
-For a pattern of the shape that decides a record's verdict on a release (``original`` where the record will
-apply, the matching one of ``fixed`` / ``fixed_shapes`` where the fix is upstream, with their ``also`` parts),
-the mutant is that release with one small, valid edit to the definition the pattern reads:
+For a pattern of the shape that decides a record's verdict on a release (``original`` or a variant's where the
+record will apply, the matching one of ``fixed`` / ``fixed_shapes`` where the fix is upstream, of
+``covered_shapes`` where other records fix the path, with their ``also`` parts), the mutant is that release
+with one small, valid edit to the definition the pattern reads:
 
 - ``contains``: one token inside each match renamed (a name gets ``_mutated``, a string or number changes),
   so that the pattern no longer matches;
@@ -71,10 +72,22 @@ class Pattern(NamedTuple):
 
 
 def shapes(record: PatchRecord) -> list[tuple[str, Fingerprint]]:
-    """The shapes a verdict is decided by, in ``classify``'s order of the fixed ones; ``never`` ones have none."""
+    """The shapes a verdict is decided by, in ``classify``'s order; ``never`` ones have none.
+
+    Fixed shapes, then shapes covered by other records, then the code to fix: ``original`` and each variant's
+    (``covered_shapes`` and ``variants`` are read only where the record type has them).
+    """
+    covered = getattr(record, "covered_shapes", ())
+    variants = getattr(record, "variants", ())
     out = [("fixed", record.fixed), *((f"fixed_shapes[{i}]", s) for i, s in enumerate(record.fixed_shapes)),
-           ("original", record.original)]
+           *((f"covered_shapes[{i}]", s) for i, s in enumerate(covered)), ("original", record.original),
+           *((f"variants[{i}].original", v.original) for i, v in enumerate(variants))]
     return [(name, shape) for name, shape in out if not shape.never]
+
+
+def _to_fix(shape: str) -> bool:
+    """Whether ``shape`` (a ``shapes`` name) recognises code to fix, which needs the target's own definition."""
+    return shape == "original" or shape.startswith("variants[")
 
 
 def _parts(fingerprint: Fingerprint, path: str = "") -> Iterator[tuple[str, Fingerprint]]:
@@ -84,9 +97,9 @@ def _parts(fingerprint: Fingerprint, path: str = "") -> Iterator[tuple[str, Fing
 
 
 def patterns(record: PatchRecord) -> list[Pattern]:
-    """Every pattern of ``record``'s original and fixed shapes (``also`` parts included), original first."""
+    """Every pattern of ``record``'s shapes (``also`` parts included), the shapes of code to fix first."""
     out = []
-    for name, shape in sorted(shapes(record), key=lambda s: s[0] != "original"):
+    for name, shape in sorted(shapes(record), key=lambda s: not _to_fix(s[0])):
         for path, part in _parts(shape):
             out += [Pattern(record, name, path, "contains", p, part) for p in part.contains]
             out += [Pattern(record, name, path, "absent", p, part) for p in part.absent]
@@ -118,7 +131,7 @@ def deciding_shape(record: PatchRecord, release: Release) -> str | None:
     with looking_in(release.lookup()):
         own = target_definition(record)
         for name, shape in shapes(record):
-            if name == "original" and own is None:
+            if _to_fix(name) and own is None:
                 continue
             if fingerprint_matches(shape, own):
                 return name
