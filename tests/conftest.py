@@ -1,4 +1,4 @@
-"""Test-session hooks: the engine tier's collection switch and the verl release each test is for.
+"""Test-session hooks: the test tier's presence, the engine tier's collection switch, the verl release each test is for.
 
 Helpers live in plain modules next to this file (subprocesses.py, repo.py, ...), imported by name: pyproject's
 ``[tool.pytest.ini_options] pythonpath = ["tests"]`` puts this directory on ``sys.path``.
@@ -7,9 +7,39 @@ Helpers live in plain modules next to this file (subprocesses.py, repo.py, ...),
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import os
+from pathlib import Path
 
 import pytest
 from repo import verl_version
+
+CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+# What scripts/setup_tests.sh installs: vLLM 0.23.0 and the modules its engine core imports, the release fixtures.
+TEST_TIER = {"module vllm": lambda: importlib.util.find_spec("vllm") is not None,
+             "module zmq": lambda: importlib.util.find_spec("zmq") is not None,
+             "vllm-src/0.23.0": lambda: (CACHE / "vllm-src" / "0.23.0").is_dir(),
+             "vllm-ascend-src/0.23.0": lambda: (CACHE / "vllm-ascend-src" / "0.23.0").is_dir(),
+             "vet-artifacts": lambda: any((CACHE / "vet-artifacts").glob("verl-*.whl"))}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Without the test tier, stop before collecting, in one line naming the command that installs it."""
+    missing = [name for name, present in TEST_TIER.items() if not present()]
+    if missing:
+        raise pytest.UsageError(f"the test tier is not installed ({', '.join(missing)} missing): run "
+                                "`bash scripts/setup_tests.sh` (VERL_ASCEND_EXT_VENV names the venv; scripts/test.sh "
+                                "runs it)")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The patch contract's report (what ran where, the mutation score, the time), when tests/test_contract.py ran."""
+    import sys
+
+    contract = sys.modules.get("test_contract")
+    for summary in getattr(contract, "SUMMARIES", ()):
+        terminalreporter.write_sep("=", "patch contract (tests/test_contract.py)")
+        terminalreporter.write_line(summary)
 
 # Which verl releases a test runs on, by marker; an unmarked test is for verl 0.9.0.
 RELEASES = {"verl091": ("0.9.1",), "anyverl": ("0.9.0", "0.9.1")}

@@ -99,4 +99,4 @@ def test_human_output_is_a_table() -> None:
     lines = proc.stdout.splitlines()
     assert "Patches (predicted for a process started with this environment)" in lines
     header = lines[lines.index("Patches (predicted for a process started with this environment)") + 1]
-    assert header.split() == ["id", "status", "target"]
+    assert header.split() == ["id", "status", "target", "declared", "by"]

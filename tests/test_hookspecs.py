@@ -54,8 +54,10 @@ def test_hook_with_unknown_argument_is_rejected() -> None:
         ([record("b", "m:g", serves=(record("a", "m:f"),))], "serves patch 'a', which is not registered as given"),
         ([record("a", "m:f"), record("b", "m:g", needs=(record("a", "m:f", why="other"),))],
          "needs patch 'a', which is not registered as given"),
-        ([record("a", "m:f", action="patch")], r"patch 'a' \(feature t\) has action 'patch'; use one of 'wrap'"),
-        ([record("a", "m:f", versions="0.9")], r"patch 'a' \(feature t\) has versions '0.9', not a PEP 440"),
+        ([record("a", "m:f", action="patch")],
+         r"patch 'a' \(feature t, declared \(not installed: registered in-process\)\) has action 'patch'; use one of "
+         "'wrap'"),
+        ([record("a", "m:f", versions="0.9")], r"patch 'a' \(feature t, .*\) has versions '0.9', not a PEP 440"),
         ([record("a", "m:f", versions=">=0.9.0;<0.10")], "not a PEP 440 specifier set"),
         ([record("a", "m:f", fixed=Fingerprint(description="never"))],
          "its fixed fingerprint has no patterns.*Fingerprint.never_matching"),

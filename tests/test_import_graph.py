@@ -98,8 +98,8 @@ def test_patching_imports_nothing_of_the_package_outside_it() -> None:
 
 
 # Each layer may import only itself and the layers before it. The package's ``__init__`` (the public
-# ``activate`` / ``patch_statuses``) and ``_version`` stand outside the layers.
-LAYERS = ("patching", "runtime", "features", "tooling")
+# ``activate`` / ``patch_statuses``) and ``_version`` stand outside the layers; ``testing`` is the contract kit.
+LAYERS = ("patching", "runtime", "features", "tooling", "testing")  # testing: the contract kit, for tests only
 
 
 def layer(name: str) -> int | None:

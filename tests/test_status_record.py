@@ -417,10 +417,9 @@ sys.stdin.read()
 
 
 def test_status_names_the_live_process_that_refused(tmp_path: Path) -> None:
-    from test_refusal import MUTATIONS, mutated_verl
+    from test_refusal import LOSSES, NO_RAISE, PID, mutated_verl
 
-    pid_, path, old, new = MUTATIONS["topk-renamed"]
-    shadow = mutated_verl(tmp_path, path, old, new)
+    shadow = mutated_verl(tmp_path, LOSSES, *NO_RAISE)
     env = scrubbed_env({"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path / "status")}, pythonpath=str(shadow))
     proc = subprocess.Popen([sys.executable, "-c", SWALLOWING_IMPORTER], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -432,6 +431,6 @@ def test_status_names_the_live_process_that_refused(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert result.returncode == 1 and report["exit_code"] == 1
     mine = next(p for p in report["processes"] if p["pid"] == proc.pid)
-    assert mine["alive"] is True and mine["patches"][pid_] == "refused"
-    assert any(f"pid {proc.pid} (driver): patch {pid_} is refused although its module "
+    assert mine["alive"] is True and mine["patches"][PID] == "refused"
+    assert any(f"pid {proc.pid} (driver): patch {PID} is refused although its module "
                "verl.trainer.distillation.losses was imported" in p for p in report["problems"]), report["problems"]

@@ -100,6 +100,10 @@ class Fingerprint(NamedTuple):
     # A fingerprint that recognises nothing, on purpose: the ``fixed`` of a patch no upstream release carries
     # (``Fingerprint.never_matching``). A fingerprint without patterns that does not say so is a declaration error.
     never: bool = False
+    # Patterns kept although no mutation of a released source shows them needed (the contract suite,
+    # ``verl_ascend_ext.testing``, reports such a pattern as dead or unexercised): (pattern, why it is kept).
+    # A pattern listed here that the fingerprint does not hold is a declaration error.
+    kept: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def never_matching(cls, description: str) -> Fingerprint:
@@ -112,6 +116,10 @@ class Fingerprint(NamedTuple):
         return all(re.search(p, text, re.M) for p in self.contains) and not any(
             re.search(p, text, re.M) for p in self.absent
         )
+
+    def patterns(self) -> tuple[str, ...]:
+        """Every regular expression of this fingerprint itself (not of its ``also`` parts)."""
+        return (*self.contains, *self.absent)
 
     def explain(self, text: str) -> str:
         """Which requirement fails on ``text`` (for refusal messages)."""

@@ -1,15 +1,17 @@
 """The feature registry: loads every feature through pluggy and validates what they declare.
 
 Built once per process and cached. Validation turns declaration mistakes (duplicate patch ids or
-targets, a record whose gate nobody declared) into errors that name the feature at fault.
+targets, a record whose gate nobody declared) into errors that name the feature at fault and the
+distribution that declared it (``declared_by``: a third-party package registers features through the
+same ``verl_ascend_ext.features`` entry-point group as this package's own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from types import ModuleType
-from typing import NamedTuple
+from types import MappingProxyType, ModuleType
+from typing import Any, NamedTuple
 
 import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -28,6 +30,8 @@ class Registry(NamedTuple):
     records: tuple[PatchRecord, ...]
     import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...]
     settings: tuple[Setting, ...] = ()
+    # patch id, gate and setting variable -> the name of the distribution whose entry point declared it
+    declared_by: Mapping[str, str] = MappingProxyType({})
 
     def record(self, patch_id: str) -> PatchRecord:
         for record in self.records:
@@ -46,43 +50,79 @@ def build_plugin_manager(extra_plugins: tuple[object, ...] = ()) -> pluggy.Plugi
     return pm
 
 
+UNPACKAGED = "(not installed: registered in-process)"  # a plugin registered by code, not from an entry point
+
+
+def declarer(pm: pluggy.PluginManager, plugin: object) -> str:
+    """The name of the distribution whose entry point loaded feature ``plugin``, else ``UNPACKAGED``."""
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            return str(dist.project_name)
+    return UNPACKAGED
+
+
+OWN_DISTRIBUTION = "verl-ascend-ext"
+
+
+def _results(pm: pluggy.PluginManager, hook: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+    """(declarer, item) for every item each implementation of ``hook`` returns: this package's features first,
+    then other distributions' by name (the order never depends on ``sys.path``), each in pluggy's call order."""
+    impls = [(declarer(pm, impl.plugin), impl) for impl in reversed(getattr(pm.hook, hook).get_hookimpls())]
+    for who, impl in sorted(impls, key=lambda pair: (pair[0] != OWN_DISTRIBUTION, pair[0])):
+        for item in impl.function(**kwargs) or ():
+            yield who, item
+
+
+def _by(who: str) -> str:
+    return f"declared by distribution {who}" if who != UNPACKAGED else f"declared {who}"
+
+
 def collect(pm: pluggy.PluginManager) -> Registry:
     gates: dict[str, Gate] = {}
-    for batch in pm.hook.verl_ascend_ext_gates():
-        for gate in batch:
-            known = gates.get(gate.env)
-            if known is not None and known.default != gate.default:
-                raise FeatureDeclarationError(
-                    f"gate {gate.env} is declared twice with different defaults ({known.default} and {gate.default})"
-                )
-            gates[gate.env] = gate
+    declared_by: dict[str, str] = {}
+    for who, gate in _results(pm, "verl_ascend_ext_gates"):
+        known = gates.get(gate.env)
+        if known is not None and known.default != gate.default:
+            raise FeatureDeclarationError(
+                f"gate {gate.env} is declared twice with different defaults ({known.default}, "
+                f"{_by(declared_by[gate.env])}; and {gate.default}, {_by(who)})"
+            )
+        gates[gate.env] = gate
+        declared_by.setdefault(gate.env, who)
     records: dict[str, PatchRecord] = {}
     targets: dict[str, str] = {}
-    for batch in pm.hook.verl_ascend_ext_patch_records():
-        for record in batch:
+    for who, record in _results(pm, "verl_ascend_ext_patch_records"):
+        where = f"patch '{record.id}' (feature {record.feature}, {_by(who)})"
+        try:
             split_target(record.target)
-            if record.id in records:
-                raise FeatureDeclarationError(f"patch id '{record.id}' is declared twice")
-            if record.target in targets:
-                raise FeatureDeclarationError(
-                    f"patches '{targets[record.target]}' and '{record.id}' both target {record.target}; "
-                    "a target gets one patch"
-                )
-            declared = gates.get(record.gate.env)
-            if declared is None:
-                raise FeatureDeclarationError(
-                    f"patch '{record.id}' (feature {record.feature}) uses gate {record.gate.env}, which no feature "
-                    "declares"
-                )
-            if declared.default != record.gate.default:
-                raise FeatureDeclarationError(
-                    f"patch '{record.id}' (feature {record.feature}) carries gate {record.gate.env} with default "
-                    f"{record.gate.default}, but it is declared with default {declared.default}; give the record "
-                    "the declared Gate object"
-                )
-            _check_record(record)
-            records[record.id] = record
-            targets[record.target] = record.id
+        except ValueError as err:
+            raise FeatureDeclarationError(f"{where}: {err}") from None
+        if record.id in records:
+            raise FeatureDeclarationError(
+                f"patch id '{record.id}' is declared twice: {_by(declared_by[record.id])} and {_by(who)}; "
+                "patch ids are unique across every installed feature package: rename one")
+        if record.target in targets:
+            other = targets[record.target]
+            raise FeatureDeclarationError(
+                f"patches '{other}' ({_by(declared_by[other])}) and '{record.id}' ({_by(who)}) both target "
+                f"{record.target}; a target gets one patch"
+            )
+        declared = gates.get(record.gate.env)
+        if declared is None:
+            raise FeatureDeclarationError(
+                f"{where} uses gate {record.gate.env}, which no feature declares; return it from the feature's "
+                "verl_ascend_ext_gates hook"
+            )
+        if declared.default != record.gate.default:
+            raise FeatureDeclarationError(
+                f"{where} carries gate {record.gate.env} with default {record.gate.default}, but it is declared "
+                f"with default {declared.default} ({_by(declared_by[record.gate.env])}); give the record the "
+                "declared Gate object"
+            )
+        _check_record(record, who)
+        records[record.id] = record
+        targets[record.target] = record.id
+        declared_by[record.id] = who
     for record in records.values():
         if bool(record.covered_shapes) != bool(record.covered_by):
             raise FeatureDeclarationError(
@@ -92,21 +132,24 @@ def collect(pm: pluggy.PluginManager) -> Registry:
             for other in getattr(record, field):
                 if records.get(other.id) != other:
                     raise FeatureDeclarationError(
-                        f"patch '{record.id}' (feature {record.feature}) {field} patch '{other.id}', which is not "
-                        "registered as given; reference the declared record object")
+                        f"patch '{record.id}' (feature {record.feature}, {_by(declared_by[record.id])}) {field} "
+                        f"patch '{other.id}', which is not registered as given; reference the declared record object")
     hooks = tuple(pair for batch in pm.hook.verl_ascend_ext_import_hooks() for pair in batch)
     settings: dict[str, Setting] = {}
-    for batch in pm.hook.verl_ascend_ext_settings():
-        for setting in batch:
-            if setting.env in gates or settings.get(setting.env, setting) != setting:
-                raise FeatureDeclarationError(f"setting {setting.env} is declared twice (as a gate or another setting)")
-            settings[setting.env] = setting
-    return Registry(tuple(gates.values()), tuple(records.values()), hooks, tuple(settings.values()))
+    for who, setting in _results(pm, "verl_ascend_ext_settings"):
+        if setting.env in gates or settings.get(setting.env, setting) != setting:
+            raise FeatureDeclarationError(f"setting {setting.env} ({_by(who)}) is declared twice (as a gate or "
+                                          "another setting)")
+        settings[setting.env] = setting
+        declared_by.setdefault(setting.env, who)
+    return Registry(tuple(gates.values()), tuple(records.values()), hooks, tuple(settings.values()),
+                    MappingProxyType(declared_by))
 
 
-def _check_record(record: PatchRecord) -> None:
-    """Field values a record cannot be applied with: an unknown action, a bad specifier, a pattern-less fingerprint."""
-    where = f"patch '{record.id}' (feature {record.feature})"
+def _check_record(record: PatchRecord, who: str) -> None:
+    """Field values a record cannot be applied with: an unknown action, a bad specifier, a pattern-less fingerprint,
+    a ``kept`` reason for a pattern the fingerprint does not hold."""
+    where = f"patch '{record.id}' (feature {record.feature}, {_by(who)})"
     try:
         Action(record.action)
     except ValueError:
@@ -127,6 +170,13 @@ def _check_record(record: PatchRecord) -> None:
                 raise FeatureDeclarationError(
                     f"{where}: its {field} fingerprint has no patterns, so it recognises nothing; write patterns, "
                     "or Fingerprint.never_matching('why') for a fix no upstream release carries")
+    for shape in (record.original, record.fixed, *record.fixed_shapes):
+        for fingerprint in _parts(shape):
+            for pattern, reason in fingerprint.kept:
+                if pattern not in fingerprint.patterns() or not reason.strip():
+                    raise FeatureDeclarationError(
+                        f"{where}: kept=({pattern!r}, {reason!r}) names no pattern of that fingerprint, or gives no "
+                        "reason; list (pattern, why it is kept) for patterns of the same fingerprint")
 
 
 def _parts(fingerprint: Fingerprint) -> list[Fingerprint]:

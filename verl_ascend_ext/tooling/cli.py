@@ -1,4 +1,5 @@
-"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, export-check, recipe, selftest."""
+"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, switches, export-check, recipe,
+selftest."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     from verl_ascend_ext.features.checkpoint.cli import add_parser as add_export_check_parser
+    switches = sub.add_parser("switches", help="print the README's table of switches (declared gates and settings)")
+    switches.add_argument("--check", metavar="FILE", help="exit 1 if FILE's generated block differs")
+    switches.add_argument("--write", metavar="FILE", help="replace FILE's generated block")
     source = sub.add_parser("source", help="print the normalised source a fingerprint is matched against")
     source.add_argument("target", metavar="MODULE:QUALNAME", help="e.g. vllm.v1.engine.core:EngineCore.wake_up")
+    source.add_argument("--from", dest="artifact", metavar="WHEEL|SDIST|DIR",
+                        help="read a release that is not installed (as `vet` reads it) instead of the installed one")
     from verl_ascend_ext.tooling.recipes.cli import add_parser as add_recipe_parser
     from verl_ascend_ext.tooling.selftest.cli import add_parser as add_selftest_parser
 
@@ -84,9 +90,27 @@ def main(argv: list[str] | None = None) -> int:
 
         return selftest_run(args)
     if args.command == "source":
-        from verl_ascend_ext.tooling.show_source import show
+        from verl_ascend_ext.tooling.show_source import show, show_from
 
-        return show(args.target)
+        return show_from(args.target, args.artifact) if args.artifact else show(args.target)
+    if args.command == "switches":
+        from verl_ascend_ext.tooling import switches as table
+
+        try:
+            if args.check:
+                problem = table.check(args.check)
+                if problem:
+                    print(problem, file=sys.stderr)
+                    return 1
+                return 0
+            if args.write:
+                table.write(args.write)
+                return 0
+        except (OSError, ValueError) as err:
+            print(f"verl-ascend switches: {err}", file=sys.stderr)
+            return 2
+        sys.stdout.write(table.render() + "\n")
+        return 0
     if args.command == "catalogue":
         from pathlib import Path
 

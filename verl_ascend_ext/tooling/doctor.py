@@ -19,7 +19,8 @@ from verl_ascend_ext.patching.prediction import predict_all
 from verl_ascend_ext.patching.record import NEEDS_ATTENTION, Status
 from verl_ascend_ext.patching.source import find_module_file
 from verl_ascend_ext.runtime.findings import Finding
-from verl_ascend_ext.runtime.registry import plugin_manager, registry
+from verl_ascend_ext.runtime.hookspecs import FEATURE_GROUP
+from verl_ascend_ext.runtime.registry import FeatureDeclarationError, plugin_manager, registry
 from verl_ascend_ext.tooling.ascend_env import ascend_findings, ascend_report, duplicate_findings, format_section
 from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
@@ -42,6 +43,35 @@ def _has_entry_point(group: str, name: str) -> bool:
                for ep in importlib.metadata.entry_points(group=group))
 
 
+def unregistered_features() -> list[str]:
+    """Problems for feature declarations of this package's source tree that no entry point names (stale install).
+
+    A feature added to the checkout reaches the registry only once the package is reinstalled (the entry point
+    is package metadata); until then discovery, doctor and the catalogue silently leave it out. A stale
+    ``*.egg-info`` in the current directory shadows the installed metadata the same way for ``python -m``.
+    """
+    from pathlib import Path
+
+    import verl_ascend_ext.features as features
+
+    root = Path(features.__file__).parent
+    named = {ep.value.partition(":")[0] for ep in importlib.metadata.entry_points(group=FEATURE_GROUP)}
+    try:
+        meta = importlib.metadata.distribution("verl-ascend-ext")
+        source = str(getattr(meta, "_path", "")) or "the installed metadata"
+    except importlib.metadata.PackageNotFoundError:
+        source = "the installed metadata"
+    problems = []
+    for declaration in sorted(root.rglob("declaration.py")):
+        module = ".".join(("verl_ascend_ext", "features", *declaration.relative_to(root).with_suffix("").parts))
+        if module not in named:
+            problems.append(f"feature {module} ({declaration}) is in the source tree but no '{FEATURE_GROUP}' entry "
+                            f"point names it ({source} is older than the checkout): add it to pyproject.toml and "
+                            "reinstall (pip install -e .); a stale *.egg-info in the directory you run from hides "
+                            "new entry points too: delete it")
+    return problems
+
+
 def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
     """Whether verl and vLLM will load this plugin in a process started with ``environ``."""
     problems: list[str] = []
@@ -61,6 +91,7 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
         problems.append(f"{PLUGIN_POLICY_ENV}={environ.get(PLUGIN_POLICY_ENV)!r} excludes this plugin; "
                         f"unset it or add '{VERL_ENTRY_POINT}'")
     verl_loads = discovery and registered and allowed
+    problems += unregistered_features()
 
     vllm_installed = installed_version("vllm") is not None
     vllm_registered = _has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
@@ -80,6 +111,8 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
         "vllm_entry_point": vllm_registered,
         "vllm_will_load": vllm_installed and vllm_registered and vllm_allowed,
         "features": sorted(name for name, _ in plugin_manager().list_name_plugin() if not name.startswith("_")),
+        "feature_distributions": {name: dist.project_name for name, dist in (
+            (plugin_manager().get_name(plugin), dist) for plugin, dist in plugin_manager().list_plugin_distinfo())},
         "problems": problems,
     }
 
@@ -99,14 +132,18 @@ def _value_row(gate: Gate | Setting, environ: Mapping[str, str]) -> dict[str, An
 
 
 def gate_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Every declared gate with its raw and parsed value; ``default_used`` is "unset" or "empty" when the default
-    applies (a set-but-empty value means the default, as ``${VAR:-default}``), else None."""
-    return [_value_row(gate, environ) for gate in registry().gates]
+    """Every declared gate with its raw and parsed value and the distribution that declared it; ``default_used`` is
+    "unset" or "empty" when the default applies (a set-but-empty value means the default, as ``${VAR:-default}``),
+    else None."""
+    declared_by = registry().declared_by
+    return [{**_value_row(gate, environ), "declared_by": declared_by.get(gate.env)} for gate in registry().gates]
 
 
 def setting_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every declared setting (non-boolean variable), as ``gate_report`` gives the gates, plus its unit."""
-    return [{**_value_row(setting, environ), "unit": setting.unit} for setting in registry().settings]
+    declared_by = registry().declared_by
+    return [{**_value_row(setting, environ), "unit": setting.unit, "declared_by": declared_by.get(setting.env)}
+            for setting in registry().settings]
 
 
 def _with_unit(value: Any, unit: str) -> str:
@@ -143,7 +180,7 @@ def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, An
     errors = predictions.errors
     gates = gate_report(env)
     settings = setting_report(env)
-    patches = [status.as_dict() for status in predictions.statuses]
+    patches = [{**status.as_dict(), "declared_by": reg.declared_by.get(status.id)} for status in predictions.statuses]
     findings = feature_findings(env)
     ascend = ascend_report(env)
     findings += ascend_findings(ascend, installed_version("torch_npu"), env)
@@ -203,7 +240,8 @@ def format_report(report: dict[str, Any]) -> str:
                            _with_unit(s["default"], s["unit"])] for s in report["settings"]],
                          ["variable", "value", "raw", "default"]))
     out += ["", "Patches (predicted for a process started with this environment)"]
-    out.append(table([[p["id"], p["status"], p["target"]] for p in report["patches"]], ["id", "status", "target"]))
+    out.append(table([[p["id"], p["status"], p["target"], p["declared_by"]] for p in report["patches"]],
+                     ["id", "status", "target", "declared by"]))
     for p in report["patches"]:
         if p["status"] in NEEDS_ATTENTION:
             out.append(f"  {p['id']}: {p['detail']}")
@@ -219,6 +257,12 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(as_json: bool = False) -> int:
-    report, code = build_report()
+    try:
+        report, code = build_report()
+    except FeatureDeclarationError as err:  # a feature package declares something contradictory: it is named
+        report = {"errors": [f"feature declaration: {err}"], "exit_code": 2}
+        print(json.dumps(report, indent=2) if as_json else f"verl-ascend doctor\n\nerror: {report['errors'][0]}\n\n"
+              "INVALID FEATURE DECLARATION (exit 2)")
+        return 2
     print(json.dumps(report, indent=2) if as_json else format_report(report))
     return code

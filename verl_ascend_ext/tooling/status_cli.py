@@ -39,6 +39,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
         records, notes = collect(base)
     report = aggregate(records, notes)
     report["selftest"] = selftest_store.report_section(base=base)  # this host's status dir; never the exit code
+    report["declared_by"] = _declared_by(report)
     if node_problems:
         report["problems"] = node_problems + report["problems"]
         report["exit_code"] = 1
@@ -59,6 +60,18 @@ def ran(entry: dict[str, Any] | None) -> str:
     return f"ran in {entry['ran']} of {entry['applied']}"
 
 
+def _declared_by(report: dict[str, Any]) -> dict[str, str]:
+    """The distribution that declares each patch in the report, as installed where `status` runs."""
+    from verl_ascend_ext.runtime.registry import FeatureDeclarationError, registry
+
+    try:
+        known = registry().declared_by
+    except FeatureDeclarationError:
+        known = {}
+    ids = {*report["summary"], *(pid for proc in report["processes"] for pid in proc["patches"])}
+    return {pid: known.get(pid, "not installed here") for pid in sorted(ids)}
+
+
 def format_report(report: dict[str, Any]) -> str:
     out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead", ""]
     rows = []
@@ -74,9 +87,11 @@ def format_report(report: dict[str, Any]) -> str:
         whose = "active processes" if report.get("counted", "active") == "active" else \
             "the job has ended: its processes' last records"
         exercised = report.get("exercised", {})
+        declared = report.get("declared_by", {})
         out += ["", f"Per patch ({whose}; idle Ray workers not counted)"]
-        out.append(table([[pid, " ".join(f"{s}:{n}" for s, n in c.items()), ran(exercised.get(pid))]
-                          for pid, c in report["summary"].items()], ["patch", "statuses", "replacement"]))
+        out.append(table([[pid, declared.get(pid, ""), " ".join(f"{s}:{n}" for s, n in c.items()),
+                           ran(exercised.get(pid))] for pid, c in report["summary"].items()],
+                         ["patch", "declared by", "statuses", "replacement"]))
         by_role_exercised = report.get("by_role_exercised", {})
         role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items()),
                       ran(by_role_exercised.get(role, {}).get(pid))]

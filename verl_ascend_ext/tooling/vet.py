@@ -224,7 +224,7 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
         names = {str(a.root): a.shown for a in artifacts}
         for row in [*patches, *copies]:
             for key in ("detail", "where") & row.keys():
-                row[key] = _shown(row[key], names)
+                row[key] = shown_paths(row[key], names)
         for row, status, record in zip(patches, statuses, reg.records, strict=True):
             row["distribution"] = record.distribution
             if status.status is Status.NOT_INSTALLED:
@@ -243,7 +243,7 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
     return report, code
 
 
-def _shown(text: str, names: dict[str, str]) -> str:
+def shown_paths(text: str, names: dict[str, str]) -> str:
     """Paths inside the scratch directory shown as ``ARTIFACT!/path/in/it`` (a package folder: its real path)."""
     for root in sorted(names, key=len, reverse=True):
         text = text.replace(root + os.sep, names[root] + "/")

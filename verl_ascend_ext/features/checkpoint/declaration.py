@@ -90,6 +90,8 @@ CONFIG_WHOLE = PatchRecord(
         at=f"{MANAGER}:_to_json_safe_config_value",
         contains=(r"to_dict", r"is_dataclass"),
         description="the per-value helper serialises to_dict objects and dataclasses",
+        kept=tuple((p, "unexercised: no verl release serialises nested configs yet (0.9.0 and 0.9.1 drop them); kept "
+                       "so that one that does is recognised") for p in (r"to_dict", r"is_dataclass")),
     ),
     wrapper="verl_ascend_ext.features.checkpoint.patch_code:save_config_whole",
     upstream="none yet (verl 0.9.0 and 0.9.1 both drop nested configs)",

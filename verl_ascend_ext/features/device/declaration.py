@@ -66,6 +66,8 @@ RAY_RUNTIME_ENV = PatchRecord(
     fixed=Fingerprint(
         contains=(r"VERL_ASCEND_EXT_|verl_ascend_ext",),
         description="verl forwards this package's variables itself (no verl release does so yet)",
+        kept=((r"VERL_ASCEND_EXT_|verl_ascend_ext", "unexercised: no verl release forwards plugin variables yet; "
+               "kept so that one that does is recognised and we stand down"),),
     ),
     wrapper="verl_ascend_ext.features.device.ray_env:forward_gates",
     upstream="none: plugin-specific (verl has no hook for plugin variables in the PPO runtime env)",

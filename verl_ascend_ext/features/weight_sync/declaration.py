@@ -66,6 +66,8 @@ KV_BARRIER = PatchRecord(
     fixed=Fingerprint(
         contains=(r"barrier\b[^\n]*\btimeout\b[^\n]*\n\s*" + KV_RESUME,),
         description="a barrier given a timeout right before the KV cache resume",
+        kept=((r"barrier\b[^\n]*\btimeout\b[^\n]*\n\s*" + KV_RESUME, "unexercised: no verl release bounds that "
+               "barrier yet (0.9.0 has none, 0.9.1's has no timeout); kept so that one that does is recognised"),),
     ),
     wrapper="verl_ascend_ext.features.weight_sync.patch_code:barrier_before_kv_resume",
     upstream="verl PR #7851 (in verl 0.9.1: a barrier without a bound); bounded: none yet",

@@ -1,0 +1,72 @@
+"""The patch contract of EVERY registered record, on every cached release it concerns (``verl_ascend_ext.testing``).
+
+One suite checks every record the same way (as ddtrace's contrib patch test cases and OpenTelemetry's
+instrumentor tests check every integration): prediction == apply with every gate on, off and killed; the
+target untouched when off or killed; one layer when on, still one after booting and applying again; and
+one mutant of the real source per fingerprint pattern, whose verdict must change, predicted, in-process and
+by doctor alike. A new record is covered without writing anything here.
+
+Releases: what scripts/fetch_*.sh cache (verl 0.9.0 / 0.9.1 wheels imported for real; the installed vLLM
+0.23.0 imported for real; vLLM 0.24.0 ... 0.33.0 ``core.py`` and vLLM-Ascend 0.23.0, which cannot be imported
+here, as their released definitions in stand-in modules) and vLLM-Ascend 0.23.0 with each diff of
+patches/vllm-ascend/ applied (the fixed shapes no release carries yet). The GLM-5.2 patch code imports
+torch_npu: the in-process half installs the CPU test double (tests/scenarios/npu_test_double.py) first.
+A missing fixture fails.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from glm52_ascend_fixtures import MAIN_LAYERNORM_BLOB, main_layernorm
+from repo import REPO
+
+from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.testing import ContractReport, Release, cached_releases, check_contract, with_diff
+from verl_ascend_ext.testing.releases import copy_packages
+
+CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+SUMMARIES: list[str] = []  # printed at the end of the run (conftest's pytest_terminal_summary)
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory: pytest.TempPathFactory) -> list[Release]:
+    work = tmp_path_factory.mktemp("releases")
+    cached = cached_releases(CACHE, work)
+    found = {(r.distribution, r.version) for r in cached}
+    for wanted in [("verl", "0.9.0"), ("verl", "0.9.1"), ("vllm", "0.23.0"), ("vllm", "0.33.0"),
+                   ("vllm-ascend", "0.23.0")]:
+        assert wanted in found, f"fixture missing: {wanted} (run scripts/setup_tests.sh); found {sorted(found)}"
+    ascend = next(r for r in cached if r.distribution == "vllm-ascend")
+    diffs = sorted((REPO / "patches" / "vllm-ascend").glob("*.diff"))
+    main = work / "ascend-main-layernorm" / "release"
+    copy_packages(ascend.root, main, None)
+    main_layernorm(main)  # vLLM-Ascend main's layernorm.py, rebuilt byte for byte (the RMSNorm record's variant)
+    label = f"{ascend.label} + main's layernorm.py (blob {MAIN_LAYERNORM_BLOB[:10]})"
+    rebuilt = ascend._replace(root=main, label=label)
+    return cached + [with_diff(ascend, d, work / f"diff-{i}") for i, d in enumerate(diffs)] + [rebuilt]
+
+
+@pytest.fixture(scope="module")
+def report(releases: list[Release], tmp_path_factory: pytest.TempPathFactory) -> ContractReport:
+    result = check_contract(registry().records, releases, tmp_path_factory.mktemp("contract"),
+                            prepare={"vllm-ascend": ["verl_ascend_ext.tooling.selftest.npu_test_double:install"]})
+    SUMMARIES.append(result.summary())
+    return result
+
+
+def test_every_record_is_checked_on_a_release(report: ContractReport) -> None:
+    unchecked = [rid for rid, lines in report.halves.items() if not lines]
+    assert unchecked == [], f"records no cached release covers: {unchecked}"
+
+
+def test_every_record_keeps_the_contract(report: ContractReport) -> None:
+    assert report.ok, "\n".join(str(f) for f in report.failures[:40])
+
+
+def test_every_pattern_is_killed_or_kept_with_a_reason(report: ContractReport) -> None:
+    killed, tested = report.score
+    assert tested and killed >= tested * 0.9, report.summary()
+    assert all(m.reason for m in report.mutations if m.outcome != "killed")
