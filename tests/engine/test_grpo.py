@@ -134,11 +134,12 @@ def test_every_process_of_the_job_booted_the_plugin_with_the_gate_on(jobs_dir: P
     want = {"driver": 1, "ray-worker TaskRunnerV1": 1, "ray-worker WorkerDict": 2,  # the 2 actor ranks
             "vllm-frontend vLLMHttpServer": 2, "engine-core": 2, "vllm-worker": 2,  # one rollout replica per rank
             "ray-worker AgentLoopWorkerTQ": 1}
-    assert {role: seen[role] for role in want} == want, seen
-    assert report["problems"] == [] and report["counted"] == "ended", report["problems"]
+    assert {role: seen[role] for role in want} == want, seen  # (and vLLM's model-inspection helpers: `other`)
+    assert report["problems"] == [], report["problems"]
+    assert report["counted"] == "ended", [(p["pid"], p["role"]) for p in report["processes"] if p["alive"]]
     for role, recs in by_role(done).items():
         if role.split()[0] in ("driver", "engine-core", "vllm-worker") or role in want:
-            for rec in recs:  # set in the driver only: the plugin carries it to every Ray worker and vLLM child
+            for rec in recs:  # set in the driver only (Ray started without it): the plugin carried it everywhere
                 assert rec["gates"][GATE] is True, (role, rec["pid"], rec["gates"])
     assert all(rec["versions"].get("verl") in (None, "0.9.0") for rec in records(done))
 
@@ -169,7 +170,8 @@ def test_applied_fixes_were_exercised_where_they_matter(jobs_dir: Path) -> None:
 def test_status_shows_every_role_with_applied_and_exercised_patches_after_the_job(jobs_dir: Path) -> None:
     done = ok(job("on", jobs_dir))
     report = status_json(done)
-    assert report["counted"] == "ended" and report["active"] == 0  # the job is over: its records still count
+    alive = [(p["pid"], p["role"]) for p in report["processes"] if p["alive"]]
+    assert report["counted"] == "ended" and report["active"] == 0, alive  # the job is over: its records still count
     assert report["by_role_exercised"]["ray-worker WorkerDict"]["weight-sync-kv-barrier"] == \
         {"observed": "eager", "applied": 2, "ran": 2}
     assert report["by_role_exercised"]["engine-core"]["glm52-vllm-wake-up-resume-when-awake"]["ran"] == 2

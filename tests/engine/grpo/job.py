@@ -9,9 +9,15 @@ platform ``cpu-test`` (``verl_cpu_test_platform``) and the probe (``grpo_probe``
 process through its own ``VERL_USE_EXTERNAL_MODULES``. Which verl runs: 0.9.1 as installed in the engine venv,
 or 0.9.0 from the overlay ``scripts/setup_vllm_engine.sh`` installs beside it (first on ``PYTHONPATH``).
 
+The Ray cluster is started first, by its own process (``ray_head.py``, as ``ray start`` on a real cluster),
+WITHOUT this package's variables: the gate and the status directory are set in the driver's environment only, so
+every Ray worker, and every vLLM process those start, gets them through the plugin's own forwarding
+(``ray-runtime-env-gates``), not by inheriting the shell that started Ray. The raylet gets the test's own
+infrastructure (``PYTHONPATH``, the platform's variables, the probe's), which a real cluster's image would carry.
+
 A job runs in its own process session with a marker in its environment; when it ends (or times out) every process
-still carrying the marker (Ray's raylet and workers, vLLM's engine processes) is killed, so a failed job cannot
-leave a cluster behind.
+still carrying the marker (Ray's head and raylet, its workers, vLLM's engine processes) is killed, so a failed job
+cannot leave a cluster behind.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from subprocesses import scrubbed_env
 
@@ -72,7 +79,8 @@ class Job:
                f"{self.log[-6000:]}"
 
 
-def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume_from: Path | None) -> list[str]:
+def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume_from: Path | None,
+              ray_address: str) -> list[str]:
     """The trainer's Hydra overrides: verl's own config keys only (``+`` where rollout.yaml lacks the field)."""
     out = [
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
@@ -103,9 +111,7 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
         "trainer.val_before_train=False", "trainer.logger=console",
         f"trainer.default_local_dir={directory / 'ckpt'}", f"trainer.rollout_data_dir={directory / 'rollouts'}",
         "trainer.project_name=verl-ascend-ext", "trainer.experiment_name=grpo-cpu",
-        # Ray hands out fake "GPU"s (the platform's resource name); generous CPUs or placement groups wait forever
-        "ray_kwargs.ray_init.num_cpus=64", f"+ray_kwargs.ray_init.num_gpus={ranks}",
-        "+ray_kwargs.ray_init.address=local",  # a new local cluster, never one another program started here
+        f"+ray_kwargs.ray_init.address={ray_address}",  # the job's own cluster (``start_ray``)
     ]
     if resume_from is not None:
         out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
@@ -122,49 +128,89 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, ranks: int = 2
     (directory / "tokens").mkdir(exist_ok=True)
     path = [str(OVERLAY[verl])] if verl in OVERLAY else []
     marker = f"{name}-{uuid.uuid4().hex[:12]}"
-    job_env = scrubbed_env({
-        GATE: "1" if gate else "0",  # set in the driver only: the plugin carries it to every Ray worker
+    cluster_env = scrubbed_env({  # what the Ray cluster starts with: the test's infrastructure, none of our gates
         "VERL_USE_EXTERNAL_MODULES": "verl_cpu_test_platform,grpo_probe",
         "VERL_PLATFORM": "cpu-test",
         "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda and npu only
-        "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status"),
         "GRPO_PROBE_TOKENS": str(directory / "tokens"),
         "GRPO_PROBE_SEED_PER_SAMPLE": "1000",  # rollouts independent of routing and batching (see grpo_probe)
         "GRPO_PROBE_ORDERED_BATCH": "1",  # the training batch in data order, not finishing order (see grpo_probe)
         "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1",
+        "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray on loopback only
         MARK: marker, **(env or {}),
     }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
-    argv = [sys.executable, "-m", "verl.trainer.main_ppo",
-            *overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from)]
+    driver_env = {**cluster_env,
+                  GATE: "1" if gate else "0",  # the driver only: the plugin carries it to every Ray worker
+                  "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status")}
     log_path = directory / "job.log"
     started = time.monotonic()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, env=job_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
         try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            returncode = -signal.SIGKILL
-        finally:
+            head, address = start_ray(ranks, cluster_env, log)
+            argv = [sys.executable, "-m", "verl.trainer.main_ppo",
+                    *overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from,
+                               ray_address=address)]
+            proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                returncode = -signal.SIGKILL
             kill_job(proc.pid, marker)
+            kill_job(head.pid, marker)
+        except subprocess.CalledProcessError as err:
+            returncode = err.returncode
+        finally:
+            kill_job(None, marker)
     wall = time.monotonic() - started
     text = log_path.read_text(errors="replace")
     return Job(name, directory, returncode, wall, text, parse_metrics(text))
 
 
-def kill_job(session: int, marker: str) -> None:
-    """Kill the job's session and every process whose environment carries ``marker`` (Ray and vLLM children)."""
-    with contextlib.suppress(ProcessLookupError):  # the whole session already ended: nothing to kill there
-        os.killpg(session, signal.SIGKILL)
+def start_ray(ranks: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:
+    """A Ray head on loopback started with ``env`` (``ray_head.py``, in its own session): the process and address."""
+    head = subprocess.Popen([sys.executable, str(HERE / "ray_head.py"), str(ranks)], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    address = head.stdout.readline().strip() if head.stdout else ""
+    if not address:
+        head.wait(timeout=30)
+        raise subprocess.CalledProcessError(head.returncode or 1, head.args)
+    return head, address
+
+
+def kill_job(session: int | None, marker: str, wait: float = 30.0) -> None:
+    """Kill the job's session and every process whose environment carries ``marker`` (Ray and vLLM children),
+    and wait until none of them runs any more (a zombie waiting to be collected has stopped running)."""
+    if session is not None:
+        with contextlib.suppress(ProcessLookupError):  # the whole session already ended: nothing to kill there
+            os.killpg(session, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while True:
+        running = _carrying(marker)
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                os.kill(pid, signal.SIGKILL)
+        if not running or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
+def _carrying(marker: str) -> list[int]:
+    """Running (not zombie) processes whose environment holds ``MARK=marker``."""
     needle = f"{MARK}={marker}".encode()
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_bytes().rsplit(b") ", 1)[1][:1]
+        except OSError:
             continue  # gone meanwhile, or not ours to read
+        if state not in (b"Z", b"X"):
+            found.append(int(entry.name))
+    return found
 
 
 def parse_metrics(log: str) -> dict[int, dict[str, float]]:
