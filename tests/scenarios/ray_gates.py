@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -130,6 +131,7 @@ def run_case(case: str) -> dict:
 
 
 results = {case: run_case(case) for case in CASES}
+shutil.rmtree(os.path.dirname(RESULT))
 
 from verl_ascend_ext import patch_statuses  # noqa: E402
 
