@@ -108,6 +108,39 @@ def test_traced_patches_are_shown_as_not_observable() -> None:
     assert "ran in 1 of 2" in text and "not observable inside compiled code" in text
 
 
+def test_a_patch_that_acts_only_on_some_calls_is_counted_where_it_acted() -> None:
+    """``acts_when`` records (e.g. distill-empty-micro-batch): "acted in N of M", with the condition named."""
+    from verl_ascend_ext.features.distillation.declaration import EMPTY_MICRO_BATCH
+
+    assert EMPTY_MICRO_BATCH.observed.value == "acts"
+    recs = [synthetic(pid, role="ray-worker") for pid in (5, 6)]
+    for rec, acted in zip(recs, (True, False), strict=True):
+        rec["patches"][EMPTY_MICRO_BATCH.id] = {"status": "applied", "target": EMPTY_MICRO_BATCH.target,
+                                                 "imported": True, "observed": "acts", "exercised": acted}
+    report = aggregate(recs)
+    assert report["by_role_exercised"]["ray-worker"][EMPTY_MICRO_BATCH.id] == {"observed": "acts", "applied": 2,
+                                                                               "ran": 1}
+    report["acts_when"] = {EMPTY_MICRO_BATCH.id: EMPTY_MICRO_BATCH.acts_when}
+    text = format_report(report)
+    assert "acted in 1 of 2" in text and f"{EMPTY_MICRO_BATCH.id}: acts when {EMPTY_MICRO_BATCH.acts_when}" in text
+
+
+def test_a_replacement_that_reports_itself_is_not_counted_when_merely_called() -> None:
+    from verl_ascend_ext.patching import replacement, status
+
+    calls = []
+    acting = replacement.build(lambda original, x: calls.append(x) or original(x), lambda x: x, "test-acts", (),
+                               traced=False, reports_itself=True)
+    eager = replacement.build(lambda original, x: original(x), lambda x: x, "test-eager", (), traced=False)
+    try:
+        assert acting(1) == 1 and eager(1) == 1 and calls == [1]
+        assert not status.was_exercised("test-acts")  # called, did not say it acted
+        assert status.was_exercised("test-eager")  # an ordinary eager replacement: its first call counts
+    finally:
+        status.forget("test-acts")
+        status.forget("test-eager")
+
+
 def test_a_second_loader_is_recorded(tmp_path: Path) -> None:
     code = """
     import json

@@ -346,7 +346,7 @@ def apply(record: PatchRecord) -> PatchStatus:
                 raise PatchRefusedError(message)
             raw = staticmethod(impl)
         else:
-            raw = build(impl, live, record.id, record.exposes_markers, record.traced)
+            raw = build(impl, live, record.id, record.exposes_markers, record.traced, bool(record.acts_when))
         problem = untraceable(raw, impl, record.traced)
         if problem is not None:
             message = (f"verl-ascend-ext refused patch '{record.id}': {problem} ({module_name}:{func_name} for "

@@ -64,6 +64,7 @@ class Observed(str, Enum):
     """Whether a process can tell that a record's replacement has run (``status.exercised``)."""
 
     EAGER = "eager"  # the replacement reports its first call in each process
+    ACTS = "acts"  # it runs on every call but does its work only on some (``acts_when``): it reports those itself
     TRACED = "traced"  # it can run inside a compiled graph, where nothing reports itself
     IMPORT = "import"  # an import-action record: applying it is all it does
 
@@ -217,6 +218,10 @@ class PatchRecord(NamedTuple):
     # one of them is off or refused (nothing fixes the path then). Checked after ``fixed``, before ``original``.
     covered_shapes: tuple[Fingerprint, ...] = ()
     covered_by: tuple[PatchRecord, ...] = ()
+    # For an eager replacement that is called every time but changes something only in some calls (e.g. a micro-batch
+    # with no response token): that condition, in words. Such a replacement reports itself (``status.exercised``)
+    # when it does its work, not when it is merely called, so "exercised" means the fix acted; status shows this text.
+    acts_when: str = ""
 
     @property
     def module(self) -> str:
@@ -227,7 +232,9 @@ class PatchRecord(NamedTuple):
         """How a process reports that this record's replacement ran (see ``Observed``)."""
         if self.action == Action.IMPORT:
             return Observed.IMPORT
-        return Observed.TRACED if self.traced else Observed.EAGER
+        if self.traced:
+            return Observed.TRACED
+        return Observed.ACTS if self.acts_when else Observed.EAGER
 
     @property
     def qualname(self) -> str:

@@ -12,7 +12,8 @@ under ``fullgraph=True``).
 
 A replacement of a record that runs eagerly (``traced=False``) also reports its first call
 (``status.exercised``: one record write per process, then a list check per call); a traced one does not,
-since nothing inside a compiled graph can report itself, and its code stays exactly the call above.
+since nothing inside a compiled graph can report itself, and its code stays exactly the call above; nor does
+one whose record says it acts only on some calls (``acts_when``): its patch code reports when it acts.
 """
 
 from __future__ import annotations
@@ -36,18 +37,21 @@ class UntraceableReplacementError(PatchRefusedError):
     """A replacement torch.compile would not trace (a proxy type, or runtime context read on a traced path)."""
 
 
-def build(impl: Callable[..., Any], live: Any, patch_id: str, markers: tuple[str, ...], traced: bool) -> Any:
+def build(impl: Callable[..., Any], live: Any, patch_id: str, markers: tuple[str, ...], traced: bool,
+          reports_itself: bool = False) -> Any:
     """The raw attribute to install in place of ``live`` (a function, staticmethod or classmethod).
 
-    ``traced``: the record's field; an eager replacement reports its first call (``status.exercised``).
+    ``traced``: the record's field; an eager replacement reports its first call (``status.exercised``) unless
+    ``reports_itself`` (the record's ``acts_when``: the patch code reports when it does its work).
     """
     kind = type(live) if isinstance(live, (staticmethod, classmethod)) else None
     original = live.__func__ if kind is not None else live
     ran: list[bool] = []  # empty until the first call of an eager replacement
-    if traced and inspect.iscoroutinefunction(original):
+    silent = traced or reports_itself
+    if silent and inspect.iscoroutinefunction(original):
         async def replacement(*args: Any, **kwargs: Any) -> Any:
             return await impl(original, *args, **kwargs)
-    elif traced:
+    elif silent:
         def replacement(*args: Any, **kwargs: Any) -> Any:
             return impl(original, *args, **kwargs)
     elif inspect.iscoroutinefunction(original):

@@ -45,6 +45,7 @@ PRUNE_STAMP = ".pruned"
 LOCAL_NAMESPACE = "local"
 SCHEMA = 1
 EAGER = "eager"  # record.Observed.EAGER: the replacement reports its first run (``exercised``)
+ACTS = "acts"  # record.Observed.ACTS: the replacement reports the first call in which it did its work
 SUFFIX = ".json"
 # Modules whose ``__version__`` a record reports when they are already imported (never imported here).
 VERSION_MODULES = {"verl": "verl", "vllm": "vllm", "vllm_ascend": "vllm-ascend", "torch": "torch",
@@ -253,6 +254,7 @@ class _Recorder:
         self.observed = dict(observed)
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self.ppid = os.getppid()  # which process started it (e.g. a vLLM server's EngineCore)
         self.ticks = start_ticks()
         self.session = ray_session()
         self.namespace = self.session or LOCAL_NAMESPACE
@@ -277,9 +279,10 @@ class _Recorder:
             observed = self.observed.get(pid, EAGER)
             patches[pid] = {"status": st.status.value, "detail": st.detail, "where": st.where, "target": st.target,
                             "imported": module in sys.modules, "observed": observed,
-                            "exercised": was_exercised(pid) if observed == EAGER else None}
+                            "exercised": was_exercised(pid) if observed in (EAGER, ACTS) else None}
         return {
-            "schema": SCHEMA, "host": self.host, "pid": self.pid, "proc_start": self.ticks, "started": self.started,
+            "schema": SCHEMA, "host": self.host, "pid": self.pid, "ppid": self.ppid, "proc_start": self.ticks,
+            "started": self.started,
             "updated": time.time(), "role": role, "actor_class": actor, "title": title,
             "loaded_by": list(self.loaded_by), "namespace": self.namespace,
             "versions": {"verl-ascend-ext": __version__, "python": sys.version.split()[0], **imported_versions()},

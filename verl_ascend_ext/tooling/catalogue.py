@@ -37,6 +37,7 @@ def render() -> str:
             f"| target | `{record.target}` ({record.distribution} {record.versions}) |",
             f"| gate | `{record.gate.env}` |",
             f"| runs | {RUNS[record.traced]} |",
+            *([f"| acts (counted as exercised) when | {_cell(record.acts_when)} |"] if record.acts_when else []),
             f"| patches code that | {_cell(record.original.description)} |",
             *(f"| or (variant, replacement `{v.wrapper.rpartition(':')[2]}`) | {_cell(v.original.description)} |"
               for v in record.variants),

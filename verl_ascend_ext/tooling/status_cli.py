@@ -40,6 +40,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     report = aggregate(records, notes)
     report["selftest"] = selftest_store.report_section(base=base)  # this host's status dir; never the exit code
     report["declared_by"] = _declared_by(report)
+    report["acts_when"] = _acts_when(report)
     if node_problems:
         report["problems"] = node_problems + report["problems"]
         report["exit_code"] = 1
@@ -47,17 +48,20 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     return report["exit_code"]
 
 
+ACTS = "acts"  # record.Observed.ACTS: counted only where the replacement did its work
 PENDING = "pending"  # record.Status.PENDING: the target module was never imported in that process
 NOT_OBSERVABLE = {"traced": "not observable inside compiled code", "import": "n/a (import-time patch)"}
 
 
 def ran(entry: dict[str, Any] | None) -> str:
-    """'ran in 2 of 2' for an eager patch applied in 2 processes, why that cannot be told, or '-' (not applied)."""
+    """'ran in 2 of 2' for an eager patch applied in 2 processes ('acted in' for one that acts only on some calls,
+    ``PatchRecord.acts_when``), why that cannot be told, or '-' (not applied)."""
     if not entry:
         return "-"
     if entry["observed"] in NOT_OBSERVABLE:
         return NOT_OBSERVABLE[entry["observed"]]
-    return f"ran in {entry['ran']} of {entry['applied']}"
+    verb = "acted" if entry["observed"] == ACTS else "ran"
+    return f"{verb} in {entry['ran']} of {entry['applied']}"
 
 
 def _declared_by(report: dict[str, Any]) -> dict[str, str]:
@@ -70,6 +74,18 @@ def _declared_by(report: dict[str, Any]) -> dict[str, str]:
         known = {}
     ids = {*report["summary"], *(pid for proc in report["processes"] for pid in proc["patches"])}
     return {pid: known.get(pid, "not installed here") for pid in sorted(ids)}
+
+
+def _acts_when(report: dict[str, Any]) -> dict[str, str]:
+    """For each patch in the report that acts only on some calls, when it does (its record's ``acts_when``)."""
+    from verl_ascend_ext.runtime.registry import FeatureDeclarationError, registry
+
+    try:
+        records = registry().records
+    except FeatureDeclarationError:
+        return {}
+    ids = {*report["summary"], *(pid for proc in report["processes"] for pid in proc["patches"])}
+    return {r.id: r.acts_when for r in records if r.acts_when and r.id in ids}
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -100,6 +116,10 @@ def format_report(report: dict[str, Any]) -> str:
         out += ["", "Per role" + (f" ({hidden} row(s) only pending, their module never imported there, not shown; "
                                   "--json has all)" if hidden else "")]
         out.append(table(role_rows, ["role", "patch", "statuses", "replacement"]))
+        acts_when = report.get("acts_when", {})
+        if acts_when:
+            out += ["", "Counted only where the fix acted (a call that needs no change is not counted)"]
+            out += [f"  {pid}: acts when {when}" for pid, when in sorted(acts_when.items())]
     if report["notes"]:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
     if report["problems"]:
