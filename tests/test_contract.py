@@ -8,8 +8,9 @@ by doctor alike. A new record is covered without writing anything here.
 
 Releases: what scripts/fetch_*.sh cache (verl 0.9.0 / 0.9.1 wheels imported for real; the installed vLLM
 0.23.0 imported for real; vLLM 0.24.0 ... 0.33.0 ``core.py`` and vLLM-Ascend 0.23.0, which cannot be imported
-here, as their released definitions in stand-in modules) and vLLM-Ascend 0.23.0 with each diff of
-patches/vllm-ascend/ applied (the fixed shapes no release carries yet). The GLM-5.2 patch code imports
+here, as their released definitions in stand-in modules), vLLM-Ascend 0.23.0 with each diff of
+patches/vllm-ascend/ applied and verl 0.9.0 with each diff of patches/verl/ (the fixed shapes no release carries
+yet). The GLM-5.2 patch code imports
 torch_npu: the in-process half installs the CPU test double (tests/scenarios/npu_test_double.py) first.
 A missing fixture fails.
 """
@@ -17,6 +18,7 @@ A missing fixture fails.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,16 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> list[Release]:
     main_layernorm(main)  # vLLM-Ascend main's layernorm.py, rebuilt byte for byte (the RMSNorm record's variant)
     label = f"{ascend.label} + main's layernorm.py (blob {MAIN_LAYERNORM_BLOB[:10]})"
     rebuilt = ascend._replace(root=main, label=label)
-    return cached + [with_diff(ascend, d, work / f"diff-{i}") for i, d in enumerate(diffs)] + [rebuilt]
+    verl = next(r for r in cached if (r.distribution, r.version) == ("verl", "0.9.0"))
+    verl_diffs = [with_diff(verl, d, work / f"verl-diff-{i}")._replace(only=recognised_by(d))  # its record only
+                  for i, d in enumerate(sorted((REPO / "patches" / "verl").glob("*.diff")))]
+    return cached + [with_diff(ascend, d, work / f"diff-{i}") for i, d in enumerate(diffs)] + [rebuilt] + verl_diffs
+
+
+def recognised_by(diff: Path) -> tuple[str, ...]:
+    """The records a diff's README names (``**Recognised by**: `id`, `id`.``)."""
+    line = next(x for x in diff.with_suffix(".md").read_text().splitlines() if x.startswith("**Recognised by**"))
+    return tuple(re.findall(r"`([^`]+)`", line))
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """verl trains with the plugin: verl's own GRPO trainer (``python -m verl.trainer.main_ppo``) end to end on the CPU.
 
 Three real jobs of the released, unmodified verl (``grpo/job.py``: tiny Qwen2, arithmetic prompts, FSDP2 actor on
-2 gloo ranks, vLLM 0.23.0 rollout in hybrid mode with sleep / wake-up every step, checkpoint with the Hugging Face
-export), shared by the assertions below:
+2 gloo ranks, vLLM 0.23.0 rollout in hybrid mode with sleep / wake-up every step, on-policy distillation from a
+vLLM-served teacher with a top-k loss and one sample per micro-batch (verl pads each step: some micro-batches hold
+padding only), checkpoint with the Hugging Face export), shared by the assertions below:
 
 - ``on``: verl 0.9.0, the GLM-5.2 gate set in the driver only, 2 steps, checkpoint at step 2;
 - ``off``: verl 0.9.0, gate off, 2 steps, checkpoint at step 2 with one tensor deliberately left out of the
@@ -38,6 +39,7 @@ VLLM_CORE = ("glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-for
 WEIGHT_SYNC = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc",
                "weight-sync-receiver-no-full-gc")
 EXPORT_CHECK = "checkpoint-export-check-fsdp"
+EMPTY_MICRO_BATCH = "distill-empty-micro-batch"  # no verl release fixes it: applied on 0.9.0 and 0.9.1
 # Metrics that measure time or memory, not the computation: they differ between any two runs.
 NOT_NUMBERS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
 
@@ -59,9 +61,9 @@ def job(name: str, jobs_dir: Path) -> Job:
     if name not in _jobs:
         if name == "on":
             _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.0", gate=True, steps=2, save_freq=2)
-        elif name == "off":
-            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.0", gate=False, steps=2, save_freq=2,
-                                  env={"GRPO_PROBE_DROP_EXPORT_TENSOR": DROPPED})
+        elif name == "off":  # no teacher: see test_gate_off_gives_the_same_first_step_rollout_tokens_and_metrics
+            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.0", gate=False, distill=False, steps=2,
+                                  save_freq=2, env={"GRPO_PROBE_DROP_EXPORT_TENSOR": DROPPED})
         elif name == "resumed":
             first = ok(job("on", jobs_dir))
             _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.1", gate=True, steps=3, save_freq=3,
@@ -98,6 +100,23 @@ def status_of(rec: dict, patch: str) -> str:
     return rec["patches"][patch]["status"]
 
 
+def teacher_and_rollout(done: Job, role: str) -> tuple[list[dict], list[dict]]:
+    """The records of ``role`` (vllm-frontend / engine-core / vllm-worker) under the teacher's vLLM server and
+    under the rollout's: an EngineCore's parent is its server, a worker's is its EngineCore."""
+    recs = records(done)
+    parent = {r["pid"]: r.get("ppid") for r in recs}
+    teacher = done.teacher_servers()
+    assert len(teacher) == 1, teacher  # one teacher replica
+
+    def server(pid: int) -> int:
+        while pid is not None and pid not in teacher and parent.get(pid) is not None:
+            pid = parent[pid]
+        return pid
+
+    mine = [r for r in recs if r["role"] == role]
+    return [r for r in mine if server(r["pid"]) in teacher], [r for r in mine if server(r["pid"]) not in teacher]
+
+
 # ---- 1. it trains and checkpoints ---------------------------------------------------------------------------
 
 def test_verl_trains_two_grpo_steps_and_saves_the_hf_export(jobs_dir: Path) -> None:
@@ -132,7 +151,8 @@ def test_every_process_of_the_job_booted_the_plugin_with_the_gate_on(jobs_dir: P
     report = status_json(done)
     seen = Counter(p["role"] + (f" {p['actor_class']}" if p["actor_class"] else "") for p in report["processes"])
     want = {"driver": 1, "ray-worker TaskRunnerV1": 1, "ray-worker WorkerDict": 2,  # the 2 actor ranks
-            "vllm-frontend vLLMHttpServer": 2, "engine-core": 2, "vllm-worker": 2,  # one rollout replica per rank
+            # one rollout replica per rank, and the teacher's replica in its own pool
+            "vllm-frontend vLLMHttpServer": 3, "engine-core": 3, "vllm-worker": 3,
             "ray-worker AgentLoopWorkerTQ": 1}
     assert {role: seen[role] for role in want} == want, seen  # (and vLLM's model-inspection helpers: `other`)
     assert report["problems"] == [], report["problems"]
@@ -155,15 +175,21 @@ def test_vllm_core_fixes_apply_in_every_engine_core_and_weight_sync_on_every_act
 
 
 def test_applied_fixes_were_exercised_where_they_matter(jobs_dir: Path) -> None:
-    roles = by_role(ok(job("on", jobs_dir)))
-    for rec in roles["engine-core"]:  # verl's wake_up(["weights"]) then wake_up(["kv_cache"]) each step
+    done = ok(job("on", jobs_dir))
+    roles = by_role(done)
+    teacher, rollout = teacher_and_rollout(done, "engine-core")
+    assert (len(teacher), len(rollout)) == (1, 2)
+    for rec in rollout:  # verl's wake_up(["weights"]) then wake_up(["kv_cache"]) each step
         assert rec["patches"]["glm52-vllm-wake-up-resume-when-awake"]["exercised"] is True, rec["pid"]
+    for rec in teacher + rollout:
         assert rec["patches"]["glm52-vllm-engine-core-entry"]["exercised"] is True, rec["pid"]
     for rec in roles["ray-worker WorkerDict"]:  # each actor rank syncs weights into its rollout replica
         for patch in ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc"):
             assert rec["patches"][patch]["exercised"] is True, (rec["pid"], patch)
         assert rec["patches"][EXPORT_CHECK]["exercised"] is True, rec["pid"]  # every rank runs save_checkpoint
-    for rec in roles["vllm-worker"]:
+    teacher_workers, rollout_workers = teacher_and_rollout(done, "vllm-worker")
+    assert (len(teacher_workers), len(rollout_workers)) == (1, 2)
+    for rec in rollout_workers:  # the teacher's weights never change: only the rollout's workers receive any
         assert rec["patches"]["weight-sync-receiver-no-full-gc"]["exercised"] is True, rec["pid"]
 
 
@@ -184,10 +210,13 @@ def test_status_shows_every_role_with_applied_and_exercised_patches_after_the_jo
 # ---- 3. same numbers with the gate off ----------------------------------------------------------------------
 
 def test_gate_off_gives_the_same_first_step_rollout_tokens_and_metrics(jobs_dir: Path) -> None:
-    """Same seeds, gate on vs off: step 1's rollout token ids and every computed step metric are identical.
+    """Same seeds, gate on vs off: step 1's rollout token ids and every step metric computed from them are identical.
 
     The gate changes only when vLLM's scheduler resumes during verl's wake-up (not before the KV cache is back)
-    and whether a sleeping data-parallel engine runs dummy forwards: neither changes a number of this job.
+    and whether a sleeping data-parallel engine runs dummy forwards: neither changes a number of this job. The
+    ``off`` job runs without the teacher (its replica costs ~90 s a job, and the distillation tier has 3 minutes
+    of CI in all), so the actor's update metrics (``actor/``: the loss includes the distillation term in ``on``)
+    are not compared; the rollout, reward and advantage metrics, computed before the update, are.
     """
     on, off = ok(job("on", jobs_dir)), job("off", jobs_dir)
     assert sorted(off.metrics) == [1], off.explain()  # step 1 logged; step 2 stopped at its (broken) save
@@ -196,7 +225,8 @@ def test_gate_off_gives_the_same_first_step_rollout_tokens_and_metrics(jobs_dir:
     step1 = lambda done: {r["seed"]: (r["prompt_ids"], r["token_ids"]) for r in done.tokens()[:samples]}  # noqa: E731
     assert len(step1(on)) == samples  # one seed per sample (grpo_probe: data row and sample number)
     assert step1(on) == step1(off)
-    numbers = lambda m: {k: v for k, v in m.items() if not k.startswith(NOT_NUMBERS)}  # noqa: E731
+    numbers = lambda m: {k: v for k, v in m.items() if not k.startswith((*NOT_NUMBERS, "actor/"))}  # noqa: E731
+    assert len(numbers(on.metrics[1])) >= 20, sorted(on.metrics[1])  # critic/score, response_length, ...
     assert numbers(on.metrics[1]) == numbers(off.metrics[1])
 
 
@@ -237,3 +267,59 @@ def test_on_verl_091_its_fixed_code_is_recognised_and_its_unbounded_barrier_repl
         assert {p: status_of(rec, p) for p in upstream} == dict.fromkeys(upstream, "fixed-upstream")
         assert status_of(rec, "weight-sync-kv-barrier") == "applied"
         assert rec["patches"]["weight-sync-kv-barrier"]["exercised"] is True, rec["pid"]
+
+
+# ---- 6. on-policy distillation (verl's own trainer, a vLLM teacher) -------------------------------------------
+
+def test_distillation_trains_with_a_finite_loss_on_both_releases(jobs_dir: Path) -> None:
+    for done, steps in ((ok(job("on", jobs_dir)), (1, 2)), (ok(job("resumed", jobs_dir)), (3,))):
+        for step in steps:
+            m = done.metrics[step]
+            loss = m["actor/distillation/loss"]
+            assert math.isfinite(loss) and loss > 0, (done.name, step, m)  # a real teacher-student divergence
+            assert math.isfinite(m["actor/grad_norm"]) and m["actor/grad_norm"] > 0, (done.name, step)
+            for key in ("actor/distillation/loss_min", "actor/distillation/loss_max"):
+                assert math.isfinite(m[key]), (done.name, step, key, m)  # padding micro-batches left them alone
+
+
+def test_distillation_fixes_exercised_where_verl_needs_them_on_090(jobs_dir: Path) -> None:
+    roles = by_role(ok(job("on", jobs_dir)))
+    ranks = roles["ray-worker WorkerDict"]
+    assert len(ranks) == 2
+    for rec in ranks:  # every actor rank computes the top-k loss with strategy fsdp2
+        assert status_of(rec, "distill-fsdp2-topk") == "applied"
+        assert rec["patches"]["distill-fsdp2-topk"]["exercised"] is True, rec["pid"]
+        assert status_of(rec, EMPTY_MICRO_BATCH) == "applied"
+        assert rec["patches"][EMPTY_MICRO_BATCH]["observed"] == "acts"
+    assert any(rec["patches"][EMPTY_MICRO_BATCH]["exercised"] for rec in ranks)  # a padding-only micro-batch met
+    (runner,) = roles["ray-worker TaskRunnerV1"]  # verl pads the step's batch in its task runner
+    assert status_of(runner, "padding-teacher-fields") == "applied"
+    assert runner["patches"]["padding-teacher-fields"]["exercised"] is True
+
+
+def test_on_verl_091_the_distillation_fixes_stand_down_and_the_empty_micro_batch_fix_acts(jobs_dir: Path) -> None:
+    done = ok(job("resumed", jobs_dir))
+    roles = by_role(done)
+    for rec in roles["ray-worker WorkerDict"]:  # where the loss runs
+        assert status_of(rec, "distill-fsdp2-topk") == "fixed-upstream"
+        assert status_of(rec, EMPTY_MICRO_BATCH) == "applied"
+    (runner,) = roles["ray-worker TaskRunnerV1"]  # where verl pads
+    assert status_of(runner, "padding-teacher-fields") == "fixed-upstream"
+    report = status_json(done)
+    acted = report["by_role_exercised"]["ray-worker WorkerDict"][EMPTY_MICRO_BATCH]
+    assert acted["observed"] == "acts" and acted["applied"] == 2 and acted["ran"] >= 1, acted
+    assert report["acts_when"][EMPTY_MICRO_BATCH] == "a micro-batch holds no response token (padding samples only)"
+    text = run_command([CLI, "status", "--dir", str(done.status_dir)], check=False).stdout
+    assert f"{EMPTY_MICRO_BATCH}: acts when" in text and "acted in" in text, text
+
+
+def test_every_teacher_process_booted_the_plugin_with_the_drivers_gates(jobs_dir: Path) -> None:
+    """The teacher's replica (its own resource pool) is vLLM's server, EngineCore and worker like the rollout's:
+    Ray started without our variables, so the gates there came through the plugin's forwarding."""
+    for name in ("on", "resumed"):
+        recs = records(ok(job(name, jobs_dir)))
+        (driver,) = [r for r in recs if r["role"] == "driver"]
+        vllm = [r for r in recs if r["role"] in ("vllm-frontend", "engine-core", "vllm-worker")]
+        assert len(vllm) == 9, [(r["role"], r["pid"]) for r in vllm]  # 2 rollout replicas + the teacher, 3 each
+        for rec in vllm:
+            assert rec["gates"] == driver["gates"], (name, rec["role"], rec["pid"], rec["gates"])

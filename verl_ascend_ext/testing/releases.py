@@ -36,6 +36,9 @@ class Release(NamedTuple):
     # Its modules import for real here (a pure-Python release whose dependencies are installed, or the installed
     # one); otherwise the in-process half runs on its definitions compiled from its files (``standin``).
     importable: bool = False
+    # When set, the only records this release is for (e.g. a release with one record's diff applied: the other
+    # records' checks would repeat those on the release it was made from).
+    only: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -47,7 +50,7 @@ class Release(NamedTuple):
 
     def covers(self, record: PatchRecord) -> bool:
         """Whether ``record`` concerns this release: its distribution, a version in its ``versions``."""
-        if canonical_name(record.distribution) != self.distribution:
+        if canonical_name(record.distribution) != self.distribution or (self.only and record.id not in self.only):
             return False
         try:
             return Version(self.version) in SpecifierSet(record.versions)

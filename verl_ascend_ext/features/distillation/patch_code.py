@@ -1,8 +1,15 @@
-"""Replacement code of the distillation patches (imported only when a patch is applied)."""
+"""Replacement code of the distillation patches (imported only when a patch is applied: verl is loaded then)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import torch
+from verl.utils.metric import AggregationType, Metric
+
+from verl_ascend_ext.features.distillation.declaration import EMPTY_MICRO_BATCH
+from verl_ascend_ext.patching.status import exercised
 
 
 class _StrategyView:
@@ -37,3 +44,41 @@ def rebuild_teacher_fields(original: Any, *args: Any, **kwargs: Any) -> Any:
     if teacher_logprobs is not None:
         template_sample["teacher_logprobs"] = teacher_logprobs.new_zeros((seq_len, *teacher_logprobs.shape[1:]))
     return template_sample, template_tag
+
+
+def empty_micro_batch_adds_zero(original: Any, config: Any, distillation_config: Any, model_output: dict,
+                                data: Any) -> tuple[Any, dict[str, Any]]:
+    """``distillation_loss`` for a micro-batch with no response token (padding samples only): zero, neutral metrics.
+
+    verl's loss aggregation masks such a micro-batch out in every mode, but its metrics take ``min()`` / ``max()``
+    over the valid tokens (the loss range, the top-k mass), which raise on none. Here verl's own loss runs on the
+    same tensors with every position counted, so the graph and the metric names are verl's; its loss times zero is
+    returned (every gradient it adds is zero) with the metrics made neutral (``neutral_metrics``).
+    Other micro-batches go to verl's code untouched.
+    """
+    mask = data["response_mask"]
+    if bool((mask.values() if mask.is_nested else mask).any()):
+        return original(config, distillation_config, model_output, data)
+    exercised(EMPTY_MICRO_BATCH.id)
+    counted = data.copy()  # shallow: the same tensors, the mask replaced in the copy only
+    counted["response_mask"] = torch.ones_like(mask)
+    loss, metrics = original(config, distillation_config, model_output, counted)
+    return torch.nan_to_num(loss) * 0.0, neutral_metrics(metrics)
+
+
+def neutral_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics of a micro-batch without a valid token, as values that leave the step's aggregate as it is.
+
+    verl keeps a ``Metric`` per key and requires the same number of values on every data-parallel rank, so each
+    ``Metric`` key stays: min -> +inf and max -> -inf (the step's min / max are the real micro-batches'); sum and
+    mean -> 0 (what verl's policy loss itself reports for a padding micro-batch: a mean moves). Plain values,
+    whose step value verl takes as the mean of a free-length list, are left out: that mean is the real ones'.
+    """
+    fill = {AggregationType.MIN: math.inf, AggregationType.MAX: -math.inf}
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, Metric):
+            neutral = Metric(value.aggregation)
+            neutral.extend([fill.get(value.aggregation, 0.0)] * len(value.values))
+            out[key] = neutral
+    return out
