@@ -32,12 +32,41 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "runs it)")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The patch contract's report (what ran where, the mutation score, the time), when tests/test_contract.py ran."""
+# Modules that share something beyond a module fixture run in one xdist group (one worker, one at a time): the Ray
+# clusters (two at once on 2 cores starve each other's timeouts). Every other module is a group of its own, so its
+# module-scoped fixtures (the contract suite, the selftest run, engine scenarios) are built once.
+SHARED_GROUPS = {"test_ray_doctor": "ray", "test_ray_gates": "ray", "test_ray_ascend_env": "ray"}
+_worker_summaries: list[str] = []  # the contract report from the xdist worker that ran tests/test_contract.py
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's xdist group (``--dist loadgroup``, scripts/test.sh): its module's, or a shared one."""
+    for item in items:
+        module = getattr(getattr(item, "module", None), "__name__", item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
+
+
+def _contract_summaries() -> list[str]:
     import sys
 
-    contract = sys.modules.get("test_contract")
-    for summary in getattr(contract, "SUMMARIES", ()):
+    return list(getattr(sys.modules.get("test_contract"), "SUMMARIES", ()))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand the contract report to the controller, which prints the summary."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["contract_summaries"] = _contract_summaries()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    _worker_summaries.extend(getattr(node, "workeroutput", {}).get("contract_summaries", ()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The patch contract's report (what ran where, the mutation score, the time), when tests/test_contract.py ran."""
+    for summary in _contract_summaries() + _worker_summaries:
         terminalreporter.write_sep("=", "patch contract (tests/test_contract.py)")
         terminalreporter.write_line(summary)
 

@@ -32,7 +32,9 @@ def loopback_cluster(head_env: Mapping[str, str] | None = None) -> Iterator[obje
         for key, value in {**LOOPBACK, **(head_env or {})}.items():
             mp.setenv(key, value)
         mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # this process imported ray before the switch
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        # port 0: the dashboard agent's fixed default (52365) would clash with another test worker's cluster
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                               "dashboard_agent_listen_port": 0})
         try:
             yield cluster
         finally:
