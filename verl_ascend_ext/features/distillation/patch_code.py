@@ -1,12 +1,9 @@
-"""Replacement code of the distillation patches (imported only when a patch is applied: verl is loaded then)."""
+"""Replacement code of the distillation patches (imported only when a patch is applied)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
-
-import torch
-from verl.utils.metric import AggregationType, Metric
 
 from verl_ascend_ext.features.distillation.declaration import EMPTY_MICRO_BATCH
 from verl_ascend_ext.patching.status import exercised
@@ -56,6 +53,9 @@ def empty_micro_batch_adds_zero(original: Any, config: Any, distillation_config:
     returned (every gradient it adds is zero) with the metrics made neutral (``neutral_metrics``).
     Other micro-batches go to verl's code untouched.
     """
+    import torch  # verl's modules are imported lazily here: the contract kit applies the patches of a release whose
+    # class bodies it does not execute (``testing.standin``), and every patch of this module is imported then
+
     mask = data["response_mask"]
     if bool((mask.values() if mask.is_nested else mask).any()):
         return original(config, distillation_config, model_output, data)
@@ -74,6 +74,8 @@ def neutral_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     mean -> 0 (what verl's policy loss itself reports for a padding micro-batch: a mean moves). Plain values,
     whose step value verl takes as the mean of a free-length list, are left out: that mean is the real ones'.
     """
+    from verl.utils.metric import AggregationType, Metric
+
     fill = {AggregationType.MIN: math.inf, AggregationType.MAX: -math.inf}
     out = {}
     for key, value in metrics.items():
