@@ -32,19 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "runs it)")
 
 
-# Modules that share something beyond a module fixture run in one xdist group (one worker, one at a time): the Ray
-# clusters (two at once on 2 cores starve each other's timeouts). Every other module is a group of its own, so its
-# module-scoped fixtures (the contract suite, the selftest run, engine scenarios) are built once.
-SHARED_GROUPS = {"test_ray_doctor": "ray", "test_ray_gates": "ray", "test_ray_ascend_env": "ray"}
 _worker_summaries: list[str] = []  # the contract report from the xdist worker that ran tests/test_contract.py
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test's xdist group (``--dist loadgroup``, scripts/test.sh): its module's, or a shared one."""
-    for item in items:
-        module = getattr(getattr(item, "module", None), "__name__", item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
 
 
 def _contract_summaries() -> list[str]:

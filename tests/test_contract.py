@@ -33,7 +33,7 @@ CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "v
 SUMMARIES: list[str] = []  # printed at the end of the run (conftest's pytest_terminal_summary)
 
 
-_built: dict[str, object] = {}  # once per process: an xdist worker may tear module fixtures down between tests
+_built: dict[str, object] = {}  # once per process, however a test runner batches this module's tests
 
 
 @pytest.fixture(scope="module")
