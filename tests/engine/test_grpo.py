@@ -186,7 +186,11 @@ def test_applied_fixes_were_exercised_where_they_matter(jobs_dir: Path) -> None:
     for rec in roles["ray-worker WorkerDict"]:  # each actor rank syncs weights into its rollout replica
         for patch in ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc"):
             assert rec["patches"][patch]["exercised"] is True, (rec["pid"], patch)
-        assert rec["patches"][EXPORT_CHECK]["exercised"] is True, rec["pid"]  # every rank runs save_checkpoint
+    # every rank runs save_checkpoint, rank 0 alone writes (and checks) the export: only there did the fix act
+    saved = json.loads((done.checkpoints / "global_step_2" / "actor" / "verl_ascend_ext.status.json").read_text())
+    checked = {rec["pid"]: rec["patches"][EXPORT_CHECK]["exercised"] for rec in roles["ray-worker WorkerDict"]}
+    assert checked == {pid: pid == saved["saved_by"]["pid"] for pid in checked}, (checked, saved["saved_by"]["pid"])
+    assert status_json(done)["acts_when"][EXPORT_CHECK].startswith("rank 0 has written")
     teacher_workers, rollout_workers = teacher_and_rollout(done, "vllm-worker")
     assert (len(teacher_workers), len(rollout_workers)) == (1, 2)
     for rec in rollout_workers:  # the teacher's weights never change: only the rollout's workers receive any

@@ -23,7 +23,9 @@ Does nothing unless its variables are set:
 - ``GRPO_PROBE_DROP_EXPORT_TENSOR=NAME``: the deliberate fault of the export-check scenario. When transformers
   writes a safetensors shard (``save_pretrained`` -> ``transformers.modeling_utils.safe_save_file``) holding
   ``NAME``, the tensor is left out of that shard: a Hugging Face export missing one weight, written by verl's
-  own save path.
+  own save path. The same for mbridge's writer (``mbridge.core.safetensor_io.save_file``: vanilla mbridge's
+  export of the Megatron actor). With ``GRPO_PROBE_DROP_EXPORT_UNDER=TEXT`` only in files whose path holds
+  ``TEXT`` (e.g. ``global_step_3``: that save alone).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ TOKENS = os.environ.get("GRPO_PROBE_TOKENS")
 SEED = os.environ.get("GRPO_PROBE_SEED_PER_SAMPLE")
 ORDERED = os.environ.get("GRPO_PROBE_ORDERED_BATCH") == "1"
 DROP = os.environ.get("GRPO_PROBE_DROP_EXPORT_TENSOR")
+DROP_UNDER = os.environ.get("GRPO_PROBE_DROP_EXPORT_UNDER", "")
 
 
 if SEED:
@@ -95,14 +98,20 @@ if TOKENS:
         server.generate = generate_and_record
 
 
+def _without_dropped(save_file: Any) -> Any:
+    def save_without(tensors: dict[str, Any], filename: str, *args: Any, **kwargs: Any) -> Any:
+        if DROP in tensors and DROP_UNDER in str(filename):
+            tensors = {name: t for name, t in tensors.items() if name != DROP}
+        return save_file(tensors, filename, *args, **kwargs)
+
+    return save_without
+
+
 if DROP:
     @wrapt.when_imported("transformers.modeling_utils")
     def _drop_from_export(module: ModuleType) -> None:
-        save_file = module.safe_save_file
+        module.safe_save_file = _without_dropped(module.safe_save_file)
 
-        def save_without(tensors: dict[str, Any], filename: str, *args: Any, **kwargs: Any) -> Any:
-            if DROP in tensors:
-                tensors = {name: t for name, t in tensors.items() if name != DROP}
-            return save_file(tensors, filename, *args, **kwargs)
-
-        module.safe_save_file = save_without
+    @wrapt.when_imported("mbridge.core.safetensor_io")
+    def _drop_from_mbridge_export(module: ModuleType) -> None:
+        module.save_file = _without_dropped(module.save_file)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from grpo.recipe_overrides import merged
 from subprocesses import scrubbed_env
 
 HERE = Path(__file__).resolve().parent
@@ -44,6 +45,7 @@ CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "v
 MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes both
 DATA = CACHE / "grpo-arithmetic-v1"
 OVERLAY = {"0.9.0": Path(sys.prefix) / "verl-0.9.0-overlay"}  # scripts/setup_vllm_engine.sh; 0.9.1 is installed
+MEGATRON = Path(sys.prefix) / "megatron-overlay"  # megatron-core 0.16.1 and mbridge 0.15.1 (setup_vllm_engine.sh)
 ALIAS = Path(sys.prefix) / "vllm-dist-alias"  # verl reads the `vllm` distribution's version
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 MARK = "VERL_ASCEND_EXT_GRPO_JOB"  # the job's processes carry it (scrubbed from test subprocesses: VERL_ASCEND_)
@@ -61,9 +63,11 @@ class Job:
     log: str
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> what verl's console logger printed
 
+    checkpoint_dir: Path | None = None
+
     @property
     def checkpoints(self) -> Path:
-        return self.directory / "ckpt"
+        return self.checkpoint_dir or self.directory / "ckpt"
 
     @property
     def status_dir(self) -> Path:
@@ -110,19 +114,42 @@ DISTILLATION = [
 ]
 
 
+MCORE = "actor_rollout_ref.actor.megatron"
+# verl's Megatron actor (``--config-name ppo_megatron_trainer``) with vanilla mbridge, the layout split over the
+# ranks (``megatron_overrides``), on the CPU through ``transfer_to_cpu``: megatron's local attention (no
+# TransformerEngine, no packed THD input), no sequence parallel (torch's norm rejects it), nothing offloaded.
+MEGATRON_ACTOR = [
+    "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.use_remove_padding=False",
+    f"{MCORE}.use_mbridge=True", f"{MCORE}.vanilla_mbridge=True", f"{MCORE}.use_remove_padding=False",
+    f"{MCORE}.sequence_parallel=False", f"+{MCORE}.override_transformer_config.sequence_parallel=False",
+    f"{MCORE}.override_transformer_config.attention_backend=local",
+    f"{MCORE}.param_offload=False", f"{MCORE}.optimizer_offload=False",  # (verl 0.9.1 has no grad_offload)
+    "actor_rollout_ref.actor.use_torch_compile=False",
+]
+
+
+def megatron_overrides(layout: dict[str, int]) -> list[str]:
+    """The Megatron actor's overrides with ``layout`` (e.g. ``{"pipeline_model_parallel_size": 2}``)."""
+    return [*MEGATRON_ACTOR, *(f"{MCORE}.{key}={value}" for key, value in layout.items())]
+
+
 def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume_from: Path | None,
-              ray_address: str, distill: bool) -> list[str]:
-    """The trainer's Hydra overrides: verl's own config keys only (``+`` where rollout.yaml lacks the field)."""
+              ray_address: str, distill: bool, megatron: dict[str, int] | None = None,
+              checkpoints: Path | None = None) -> list[str]:
+    """The trainer's Hydra overrides: verl's own config keys only (``+`` where rollout.yaml lacks the field).
+    ``megatron``: the Megatron actor with that layout instead of the fsdp2 one."""
+    actor = megatron_overrides(megatron) if megatron is not None else [
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # no flash-attention on the CPU
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        # the entropy function's inductor compile costs ~15 s per job on 2 CPU cores and is not under test
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+    ]
     out = [
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
         f"data.train_files={DATA / 'train.parquet'}", f"data.val_files={DATA / 'test.parquet'}",
         "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=16",
         "data.filter_overlong_prompts=False", "data.truncation=error", "data.dataloader_num_workers=0",
-        f"actor_rollout_ref.model.path={MODEL}",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # no flash-attention on the CPU
-        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.use_kl_loss=False",
-        # the entropy function's inductor compile costs ~15 s per job on 2 CPU cores and is not under test
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+        f"actor_rollout_ref.model.path={MODEL}", *actor, "actor_rollout_ref.actor.use_kl_loss=False",
         # 8 samples a step in mini-batches of 3 prompts x n=2: verl pads 4 synthetic samples (response mask all
         # zero) a step, and with 1 sample per micro-batch some micro-batches hold padding only
         "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -142,7 +169,8 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
         "trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}", "trainer.nnodes=1",
         f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}", "trainer.test_freq=-1",
         "trainer.val_before_train=False", "trainer.logger=console",
-        f"trainer.default_local_dir={directory / 'ckpt'}", f"trainer.rollout_data_dir={directory / 'rollouts'}",
+        f"trainer.default_local_dir={checkpoints or directory / 'ckpt'}",
+        f"trainer.rollout_data_dir={directory / 'rollouts'}",
         "trainer.project_name=verl-ascend-ext", "trainer.experiment_name=grpo-cpu",
         f"+ray_kwargs.ray_init.address={ray_address}",  # the job's own cluster (``start_ray``)
         *(DISTILLATION if distill else []),
@@ -156,14 +184,21 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
 
 def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool = True, ranks: int = 2,
             steps: int = 2, save_freq: int = 2, resume_from: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 900) -> Job:
-    """Run one training job in ``directory`` (created) and return what it did; ``distill``: with the teacher."""
+            timeout: float = 900, megatron: dict[str, int] | None = None, recipe: list[str] | None = None,
+            checkpoints: Path | None = None) -> Job:
+    """Run one training job in ``directory`` (created) and return what it did; ``distill``: with the teacher;
+    ``megatron``: verl's Megatron actor with that layout (``megatron_overrides``); ``recipe``: overrides taken
+    from a shipped recipe (``recipe_overrides``: where they set a key the job sets too, theirs win);
+    ``checkpoints``: the checkpoint directory (default ``directory/ckpt``; another job's to resume from it)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokens").mkdir(exist_ok=True)
     path = [str(OVERLAY[verl])] if verl in OVERLAY else []
+    if megatron is not None:
+        path.append(str(MEGATRON))
+    modules = "verl_cpu_test_platform,grpo_probe" + (",transfer_to_cpu" if megatron is not None else "")
     marker = f"{name}-{uuid.uuid4().hex[:12]}"
     cluster_env = scrubbed_env({  # what the Ray cluster starts with: the test's infrastructure, none of our gates
-        "VERL_USE_EXTERNAL_MODULES": "verl_cpu_test_platform,grpo_probe",
+        "VERL_USE_EXTERNAL_MODULES": modules,
         "VERL_PLATFORM": "cpu-test",
         "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda and npu only
         "GRPO_PROBE_TOKENS": str(directory / "tokens"),
@@ -181,9 +216,10 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool 
     with open(log_path, "w") as log:
         try:
             head, address = start_ray(ranks + distill, cluster_env, log)  # actor ranks (and the teacher's replica)
-            argv = [sys.executable, "-m", "verl.trainer.main_ppo",
-                    *overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from,
-                               ray_address=address, distill=distill)]
+            config = ["--config-name", "ppo_megatron_trainer"] if megatron is not None else []
+            own = overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from,
+                            ray_address=address, distill=distill, megatron=megatron, checkpoints=checkpoints)
+            argv = [sys.executable, "-m", "verl.trainer.main_ppo", *config, *merged(own, recipe or [])]
             proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
@@ -202,7 +238,7 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool 
         with open(os.environ["CI_PHASE_LOG"], "a") as phases:
             phases.write(f"  training job {name} (verl {verl})\t{wall:.0f}\t{outcome}\tinner\n")
     text = log_path.read_text(errors="replace")
-    return Job(name, directory, returncode, wall, text, parse_metrics(text))
+    return Job(name, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints)
 
 
 def start_ray(gpus: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:

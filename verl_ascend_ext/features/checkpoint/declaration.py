@@ -41,6 +41,7 @@ EXPORT_CHECK = PatchRecord(
     upstream="none (this package's addition)",
     remove_when="verl or Megatron-Bridge validate exports with per-model declared omissions",
     traced=False,
+    acts_when="rank 0 has written full Hugging Face weights (Megatron-Bridge or vanilla mbridge; not a PEFT adapter)",
 )
 
 EXPORT_CHECK_FSDP = PatchRecord(
@@ -64,6 +65,7 @@ EXPORT_CHECK_FSDP = PatchRecord(
     upstream="none (this package's addition)",
     remove_when="verl validates FSDP Hugging Face exports against the model it started from",
     traced=False,
+    acts_when="rank 0 has written the Hugging Face export (checkpoint.save_contents holds hf_model)",
 )
 
 CONFIG_WHOLE = PatchRecord(

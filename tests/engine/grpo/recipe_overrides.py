@@ -1,0 +1,111 @@
+"""The shipped GLM-5.2 recipe's own Hydra overrides, as the Megatron jobs of the GRPO tier run them.
+
+Read from the recipe's run.sh itself (``VERL_ASCEND_RECIPE_EMIT=overrides``, what ``verl-ascend recipe check``
+reads), not copied: a change to the recipe shows up in the job. Every override is taken but those ``LEFT_OUT``
+names, each with its reason: what names the NPU (its kernels, graph mode, vLLM-Ascend options), sizes (nodes,
+batch, lengths, parallel layouts), the model (GLM-5.2's paths, architecture fields, MoE router), or what cannot
+run here. The job's own overrides (``job.overrides``) fill what is left out; where both set a key, the recipe's
+value wins.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+
+from verl_ascend_ext.tooling.recipes import get_recipe
+from verl_ascend_ext.tooling.recipes.compose import script_overrides
+
+RECIPE = "glm5_2_megatron"
+TC = "actor_rollout_ref.actor.megatron.override_transformer_config"
+NPU = "the NPU's"
+SIZE = "a size of the 32-node job (the tiny job sets its own)"
+MINDSPEED = "a MindSpeed field (the NPU's Megatron adaptor; not one of megatron-core's TransformerConfig)"
+MODEL = "GLM-5.2's (the tiny Qwen2 is dense and has its own shapes)"
+
+# key pattern (without leading '+') -> why the tiny CPU job leaves it out
+LEFT_OUT: dict[str, str] = {
+    "trainer.device": f"{NPU} device (the job runs on the CPU test platform)",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_cpu_binding": f"{NPU}: a vLLM-Ascend option",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.*": f"{NPU} graph mode (ACL graph capture sizes)",
+    "actor_rollout_ref.rollout.enforce_eager": f"{NPU} graph mode: the CPU rollout runs eager",
+    f"{TC}.attention_backend": f"{NPU} fused attention kernels: megatron's local attention here (no TransformerEngine)",
+    f"{TC}.use_flash_attn": f"{NPU} flash attention; {MINDSPEED}",
+    f"{TC}.use_fused_rmsnorm": f"{NPU} fused kernel; {MINDSPEED}",
+    f"{TC}.use_fused_swiglu": f"{NPU} fused kernel; {MINDSPEED}",
+    f"{TC}.use_ascend_mc2": f"{NPU} communication fusion; {MINDSPEED}",
+    f"{TC}.context_parallel_algo": f"{NPU} context-parallel algorithm; {MINDSPEED}",
+    # MindSpeed adds these to megatron's TransformerConfig; megatron-core's own has none (TypeError: unexpected
+    # keyword argument, measured with use_distributed_optimizer)
+    f"{TC}.reset_position_ids": MINDSPEED,
+    f"{TC}.use_distributed_optimizer": MINDSPEED,
+    f"{TC}.swiglu": MINDSPEED,
+    f"{TC}.sequence_parallel": "torch's norm (megatron's local spec without TransformerEngine or apex) rejects "
+                               "sequence parallel",
+    f"{TC}.experimental_attention_variant": f"{MODEL}: DeepSeek sparse attention",
+    f"{TC}.dsa_*": f"{MODEL}: DeepSeek sparse attention",
+    f"{TC}.use_dsa_absorb": f"{MODEL}: DeepSeek sparse attention",
+    f"{TC}.use_fused_lightning_indexer*": f"{MODEL}: DeepSeek sparse attention's indexer ({NPU} kernel)",
+    f"{TC}.use_fused_sparse_flash_attention": f"{MODEL}: DeepSeek sparse attention ({NPU} kernel)",
+    f"{TC}.moe_*": f"{MODEL}: its MoE router",
+    f"{TC}.pipeline_model_parallel_layout": f"{MODEL}: its layers over 8 pipeline stages",
+    f"{TC}.context_parallel_size": SIZE,
+    "actor_rollout_ref.actor.megatron.router_replay.mode": "routing replay (R3) needs a router: the tiny model is "
+                                                           "dense (see docs/grpo-cpu.md, MoE)",
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay": "routing replay (R3) needs a router: the tiny model "
+                                                               "is dense",
+    "actor_rollout_ref.actor.megatron.vanilla_mbridge": "Megatron-Bridge does not install on this machine "
+                                                        "(transformer-engine's CUDA build, mamba-ssm, transformers "
+                                                        "4.57): vanilla mbridge exports",
+    "actor_rollout_ref.actor.megatron.param_offload": "offload to host memory: not tried on the CPU, where device "
+                                                      "and host memory are one",
+    "actor_rollout_ref.actor.megatron.optimizer_offload": "offload to host memory: not tried on the CPU",
+    "actor_rollout_ref.actor.optim.override_optimizer_config.*": "megatron's CPU-offload optimizer: not tried on "
+                                                                 "the CPU",
+    "actor_rollout_ref.actor.megatron.*_parallel_size": SIZE,
+    "actor_rollout_ref.rollout.*_parallel_size": SIZE,
+    "actor_rollout_ref.rollout.n": SIZE,
+    "actor_rollout_ref.rollout.max_*": SIZE,
+    "actor_rollout_ref.rollout.gpu_memory_utilization": SIZE + " (the CPU rollout gets a fixed KV-cache size)",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": SIZE,
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": SIZE,
+    "data.train_batch_size": SIZE,
+    "data.max_*_length": SIZE,
+    "trainer.nnodes": SIZE,
+    "trainer.n_gpus_per_node": SIZE,
+    "trainer.save_freq": "the test's checkpoint schedule (the recipe's default never saves)",
+    "data.train_files": "a path on the cluster (the tiny job's data set)",
+    "data.val_files": "a path on the cluster",
+    "actor_rollout_ref.model.path": f"{MODEL} path",
+    "trainer.default_local_dir": "a path on the cluster (the job's own directory)",
+    "trainer.rollout_data_dir": "a path on the cluster",
+}
+
+
+def key_of(override: str) -> str:
+    """The config key an override sets (``+``/``++``/``~`` prefixes dropped)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def left_out_reason(key: str) -> str | None:
+    return next((why for pattern, why in LEFT_OUT.items() if fnmatch.fnmatchcase(key, pattern)), None)
+
+
+def recipe_overrides(name: str = RECIPE) -> tuple[str, list[str], dict[str, str]]:
+    """The recipe's config name, the overrides the job takes from it, and those it leaves out (key -> why)."""
+    config_name, overrides = script_overrides(get_recipe(name).script, os.environ)
+    taken, left = [], {}
+    for override in overrides:
+        why = left_out_reason(key_of(override))
+        if why is None:
+            taken.append(override)
+        else:
+            left[key_of(override)] = why
+    return config_name, taken, left
+
+
+def merged(own: list[str], recipe: list[str]) -> list[str]:
+    """The job's own overrides but those the recipe sets, then the recipe's: where both set a key, the recipe's
+    value is the one the job runs with."""
+    recipe_keys = {key_of(o) for o in recipe}
+    return [o for o in own if key_of(o) not in recipe_keys] + recipe
