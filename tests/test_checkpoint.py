@@ -66,6 +66,28 @@ def test_glm_mtp_layers_missing_passes(with_plugin: dict) -> None:
 
 
 @pytest.mark.anyverl
+def test_vanilla_mbridge_export_is_checked_as_megatron_bridges(with_plugin: dict) -> None:
+    """verl's ``vanilla_mbridge=True`` save (``bridge.save_weights``): the same check, the same declared omissions."""
+    missing = with_plugin["cases"]["vanilla_missing"]
+    assert missing["error"].startswith("ExportCheckError") and "model.layers.1.mlp.down_proj.weight" in missing["error"]
+    assert missing["report"]["missing"] == ["model.layers.1.mlp.down_proj.weight"]
+    assert missing["files_untouched"] is True and missing["exercised_after"] is True
+    passed = with_plugin["cases"]["vanilla_mtp_only"]
+    assert passed["error"] is None and passed["report"]["ok"] is True and passed["report"]["omitted"] == MTP
+
+
+@pytest.mark.anyverl
+def test_a_rank_that_does_not_write_and_a_peft_adapter_are_not_checked_nor_counted(with_plugin: dict) -> None:
+    """Only rank 0 writes the export: other ranks neither check nor count as exercised (``acts_when``); a PEFT
+    adapter has no reference to compare with."""
+    for name in ("rank_1", "peft_adapter"):  # run before any case that checks (exercised is per process)
+        case = with_plugin["cases"][name]
+        assert case["error"] is None and case["report"] is None and case["status_file"] is None, (name, case)
+        assert case["exercised_after"] is False, name
+    assert with_plugin["cases"]["mtp_only"]["exercised_after"] is True
+
+
+@pytest.mark.anyverl
 def test_missing_normal_layer_is_an_error_naming_it(with_plugin: dict) -> None:
     case = with_plugin["cases"]["missing_layer"]
     assert case["error"].startswith("ExportCheckError")

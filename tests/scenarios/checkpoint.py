@@ -32,6 +32,7 @@ from transformers import Qwen2_5_VLConfig
 from verl.utils.checkpoint.megatron_checkpoint_manager import MegatronCheckpointManager
 
 import verl_ascend_ext
+from verl_ascend_ext.patching.status import was_exercised
 
 NUM_LAYERS = 2
 LAYER_PARTS = ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight")
@@ -92,6 +93,16 @@ class BridgeDouble:
             os.truncate(last, last.stat().st_size - self.cut)
         self.written = digest(Path(path))
 
+    def save_weights(self, models: object, weights_path: str, memory_efficient: bool = False) -> None:
+        """mbridge's export (verl's ``vanilla_mbridge=True``): the same files, no ``strict``."""
+        self.save_hf_weights(models, weights_path, strict=None)
+
+    def save_hf_adapter(self, model: object, path: str, peft_cls: object) -> None:
+        """Megatron-Bridge's PEFT adapter export: adapter files only."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "adapter_config.json").write_text("{}")
+        self.written = digest(Path(path))
+
 
 def manager_double(**attributes: object) -> MegatronCheckpointManager:
     """A real MegatronCheckpointManager instance without its __init__ (which builds Megatron models on a GPU)."""
@@ -101,12 +112,17 @@ def manager_double(**attributes: object) -> MegatronCheckpointManager:
 
 
 def export_case(work: Path, name: str, mode: str | None, drop: tuple[str, ...] = (), extra: tuple[str, ...] = (),
-                reference_index: bool = True, shapes: dict[str, tuple[int, ...]] | None = None, cut: int = 0) -> dict:
+                reference_index: bool = True, shapes: dict[str, tuple[int, ...]] | None = None, cut: int = 0,
+                vanilla: bool = False, peft: bool = False, rank: int = 0) -> dict:
+    """One save through verl's real ``_save_model_as_hf_via_bridge`` (Megatron-Bridge, or mbridge with ``vanilla``,
+    or a PEFT adapter with ``peft``) on ``rank``; what it raised and left, and whether the record was exercised
+    in this process so far (cases run in order: the ones that must not act come first)."""
     case = work / name
     reference = make_reference(case / "reference", index=reference_index)
     names = [n for n in reference_names() if not n.startswith(f"model.layers.{NUM_LAYERS}.") and n not in drop]
     bridge = BridgeDouble(names + list(extra), shapes=shapes, cut=cut)
-    manager = manager_double(vanilla_bridge=False, peft_cls=None, bridge=bridge, model=[object()], rank=0,
+    manager = manager_double(vanilla_bridge=vanilla, peft_cls=object() if peft else None, bridge=bridge,
+                             model=[object()], rank=rank,
                              checkpoint_config=SimpleNamespace(strict=False), model_path=str(reference),
                              hf_config=SimpleNamespace(name_or_path=str(reference)))
     export = case / "checkpoint" / "model" / "huggingface"
@@ -126,6 +142,7 @@ def export_case(work: Path, name: str, mode: str | None, drop: tuple[str, ...] =
     out["export_files"] = sorted(digest(export)) if export.is_dir() else []
     status = export.parent / "verl_ascend_ext.status.json"
     out["status_file"] = json.loads(status.read_text()) if status.is_file() else None
+    out["exercised_after"] = was_exercised("checkpoint-export-check")
     return out
 
 
@@ -176,7 +193,12 @@ def main() -> None:
         "statuses": {k: v.status.value for k, v in verl_ascend_ext.patch_statuses().items()
                      if k.startswith("checkpoint-")},
         "export_wrapped": hasattr(MegatronCheckpointManager._save_model_as_hf_via_bridge, "__wrapped__"),
-        "cases": {
+        "cases": {  # in this order: the two that must not act first
+            "rank_1": export_case(work, "rank_1", None, drop=("model.layers.1.mlp.down_proj.weight",), rank=1),
+            "peft_adapter": export_case(work, "peft_adapter", None, peft=True),
+            "vanilla_missing": export_case(work, "vanilla_missing", None, vanilla=True,
+                                           drop=("model.layers.1.mlp.down_proj.weight",)),
+            "vanilla_mtp_only": export_case(work, "vanilla_mtp_only", None, vanilla=True),
             "mtp_only": export_case(work, "mtp_only", None),
             "missing_layer": export_case(work, "missing_layer", None, drop=("model.layers.1.mlp.down_proj.weight",
                                                                            "model.layers.0.self_attn.q_proj.weight")),

@@ -8,6 +8,7 @@ from typing import Any
 
 from verl_ascend_ext.features.checkpoint.config_json import config_to_json_safe
 from verl_ascend_ext.features.checkpoint.conversions import FSDP_MASTER_WEIGHTS, Conversion
+from verl_ascend_ext.features.checkpoint.declaration import EXPORT_CHECK, EXPORT_CHECK_FSDP
 from verl_ascend_ext.features.checkpoint.export_check import check_export, export_check_mode
 from verl_ascend_ext.features.checkpoint.provenance import write_beside
 from verl_ascend_ext.patching.status import exercised
@@ -67,7 +68,7 @@ def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> 
     if getattr(instance, "peft_cls", None) is not None or getattr(instance, "rank", 0) != 0:
         return result
     hf_ckpt_path = kwargs["hf_ckpt_path"] if "hf_ckpt_path" in kwargs else args[0]
-    _check_saved("checkpoint-export-check", instance, hf_ckpt_path, mode)
+    _check_saved(EXPORT_CHECK.id, instance, hf_ckpt_path, mode)
     return result
 
 
@@ -78,7 +79,7 @@ def check_fsdp_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any
     local_path = kwargs["local_path"] if "local_path" in kwargs else (args[0] if args else None)
     if local_path is None or not getattr(instance, "should_save_hf_model", False) or getattr(instance, "rank", 0) != 0:
         return result
-    _check_saved("checkpoint-export-check-fsdp", instance, os.path.join(local_path, "huggingface"), mode,
+    _check_saved(EXPORT_CHECK_FSDP.id, instance, os.path.join(local_path, "huggingface"), mode,
                  (FSDP_MASTER_WEIGHTS,))
     return result
 
