@@ -12,8 +12,8 @@ the actor's first sync), ``resume_mode=auto``, ...
 - ``megatron``: verl 0.9.0, gate on, 2 steps, a checkpoint (with ``hf_model``) after each; the step-2 save loses
   one tensor (``grpo_probe``, in mbridge's writer: the path where mbridge users report missing weights), so the
   export check must stop that save naming it: the job fails there, after step 1's checkpoint was completed;
-- ``megatron-resumed``: verl 0.9.1, gate on, the same checkpoint directory with the recipe's ``resume_mode=auto``:
-  it resumes from the last completed checkpoint (step 1), trains step 2 and saves it.
+- ``megatron-resumed``: verl 0.9.1, gate on, a copy of that checkpoint directory with the recipe's
+  ``resume_mode=auto``: it resumes from the last completed checkpoint (step 1), trains step 2 and saves it.
 
 The accelerator is the CPU through test-only stand-ins in ``grpo/``: the verl platform ``cpu-test`` and
 ``transfer_to_cpu`` (the CPU counterpart of torch_npu's ``transfer_to_npu`` for megatron-core and mbridge).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -64,10 +65,11 @@ def job(name: str, jobs_dir: Path) -> Job:
                                   save_freq=1, megatron=LAYOUT, recipe=taken,
                                   env={"GRPO_PROBE_DROP_EXPORT_TENSOR": DROPPED,
                                        "GRPO_PROBE_DROP_EXPORT_UNDER": "global_step_2"})
-        elif name == "megatron-resumed":
-            first = job("megatron", jobs_dir)
+        elif name == "megatron-resumed":  # on a copy of the first job's checkpoint directory, which stays as it was
+            checkpoints = jobs_dir / name / "ckpt"
+            shutil.copytree(job("megatron", jobs_dir).checkpoints, checkpoints)
             _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.1", gate=True, distill=False, steps=2,
-                                  save_freq=1, megatron=LAYOUT, recipe=taken, checkpoints=first.checkpoints)
+                                  save_freq=1, megatron=LAYOUT, recipe=taken, checkpoints=checkpoints)
     return _jobs[name]
 
 
