@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 from grpo.job import DATA, MEGATRON, MODEL, OVERLAY, Job, run_job
-from grpo.recipe_overrides import LEFT_OUT, key_of, recipe_overrides
+from grpo.recipe_overrides import LEFT_OUT, key_of, parsed, recipe_overrides
+from omegaconf import OmegaConf
 from subprocesses import run_command, run_python
 
 from verl_ascend_ext.features.checkpoint.export_check import report_path_for
@@ -118,8 +119,21 @@ def test_the_job_runs_the_recipes_overrides_but_those_left_out_for_a_reason(jobs
     assert left["actor_rollout_ref.actor.megatron.router_replay.mode"].startswith("routing replay (R3)")
     unused = [p for p in LEFT_OUT if not any(fnmatch.fnmatchcase(k, p) for k in left)]
     assert unused == [], f"LEFT_OUT names keys the recipe no longer sets: {unused}"
-    log = job("megatron", jobs_dir).log  # what verl printed of its config: the recipe's values, not the defaults
-    assert "'kl_loss_type': 'low_var_kl'" in log and "'clip_ratio_high': 0.28" in log and "'strict': False" in log
+    # what Hydra composed for the job holds every override taken from the recipe, at the recipe's value (also
+    # where the job's own overrides set the same key) ...
+    config = OmegaConf.load(job("megatron", jobs_dir).composed_config())
+    differ = {}
+    for override in parsed(taken):
+        value = OmegaConf.select(config, override.key_or_group)
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        if value != override.value():
+            differ[override.key_or_group] = (override.value(), value)
+    assert differ == {}, differ
+    # ... and the recipe's values are not verl's defaults there (0.9.0: false, 0.001, 0.2, null, true, true)
+    actor = config.actor_rollout_ref.actor
+    assert (actor.use_kl_loss, actor.kl_loss_coef, actor.clip_ratio_high) == (True, 0.002, 0.28)
+    assert config.algorithm.rollout_correction.rollout_is == "token"
+    assert actor.checkpoint.strict is False and config.trainer.balance_batch is False
 
 
 # ---- 2. it trains and checkpoints, split over 2 pipeline stages ----------------------------------------------

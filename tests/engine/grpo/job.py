@@ -69,6 +69,11 @@ class Job:
     def checkpoints(self) -> Path:
         return self.checkpoint_dir or self.directory / "ckpt"
 
+    def composed_config(self) -> Path:
+        """The config Hydra composed for the run (``outputs/<date>/<time>/.hydra/config.yaml`` in its directory)."""
+        (path,) = self.directory.glob("outputs/*/*/.hydra/config.yaml")
+        return path
+
     @property
     def status_dir(self) -> Path:
         return self.directory / "status"

@@ -13,6 +13,9 @@ from __future__ import annotations
 import fnmatch
 import os
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+
 from verl_ascend_ext.tooling.recipes import get_recipe
 from verl_ascend_ext.tooling.recipes.compose import script_overrides
 
@@ -82,9 +85,14 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
+def parsed(overrides: list[str]) -> list[Override]:
+    """The overrides as Hydra parses them (key, typed value)."""
+    return OverridesParser.create().parse_overrides(overrides)
+
+
 def key_of(override: str) -> str:
-    """The config key an override sets (``+``/``++``/``~`` prefixes dropped)."""
-    return override.lstrip("+~").split("=", 1)[0]
+    """The config key an override sets (Hydra's ``key_or_group``: no ``+``/``++``/``~`` prefix)."""
+    return parsed([override])[0].key_or_group
 
 
 def left_out_reason(key: str) -> str | None:

@@ -7,7 +7,8 @@ job through verl's ``VERL_USE_EXTERNAL_MODULES`` (as ``verl_cpu_test_platform``)
 ``megatron.core`` is imported (a post-import hook): the TaskRunner, the actor ranks, the agent-loop worker; never
 vLLM's processes. No installed file is edited. What it reaches past (paths in the installed packages):
 
-- ``torch.cuda`` answered by the CPU: ``current_device`` "cpu" (megatron passes it to torch as a device; it is
+- ``torch.cuda`` answered by the CPU (the device, memory and stream calls by ``verl_cpu_test_platform.cpu_device``,
+  the module that answers verl's): ``current_device`` "cpu" (megatron passes it to torch as a device; it is
   called inside backward too, ``tensor_parallel/mappings.py:181``, where no function mode is active),
   ``device_count``, ``set_device``, ``synchronize``, memory counters, ``empty_cache``,
   streams and events (``torch.cpu``'s: ``transformer/moe/token_dispatcher.py:445`` makes a side stream),
@@ -47,15 +48,12 @@ The job runs with ``sequence_parallel=False`` (torch's norm rejects it) and ``at
 from __future__ import annotations
 
 import functools
-import threading
 import types
 from typing import Any
 
 import torch
 import wrapt
 from torch.overrides import TorchFunctionMode
-
-_APPLIED = threading.Event()
 
 
 def _is_cuda(device: Any) -> bool:
@@ -93,22 +91,20 @@ def _seed_cpu(seed: int) -> None:
 
 
 def _torch_cuda_on_cpu() -> None:
+    from verl_cpu_test_platform import cpu_device  # the platform's answers to what verl asks its device module
+
     cuda = torch.cuda
-    cuda.current_device = lambda: "cpu"
-    cuda.device_count = lambda: 1
-    cuda.set_device = lambda *_a, **_k: None
-    cuda.synchronize = lambda *_a, **_k: None
-    cuda.empty_cache = lambda: None
+    for name in ("current_device", "device_count", "set_device", "synchronize", "empty_cache", "memory_allocated",
+                 "memory_reserved", "max_memory_allocated", "max_memory_reserved",
+                 "Stream", "Event", "current_stream", "stream"):  # megatron's MoE dispatcher makes a side stream
+        setattr(cuda, name, getattr(cpu_device, name))
     cuda.is_current_stream_capturing = lambda: False
-    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
-        setattr(cuda, name, lambda *_a, **_k: 0)
+    # megatron passes device=... to these (the platform's take positional arguments only)
     cuda.get_rng_state = cuda.random.get_rng_state = _cpu_rng_state
     cuda.set_rng_state = cuda.random.set_rng_state = _set_cpu_rng_state
     # the CPU generator itself: torch.manual_seed seeds torch.cuda too, which would come back here
     cuda.manual_seed = cuda.random.manual_seed = _seed_cpu
     cuda.manual_seed_all = cuda.random.manual_seed_all = _seed_cpu
-    for name in ("Stream", "Event", "current_stream", "stream"):  # megatron's MoE dispatcher makes a side stream
-        setattr(cuda, name, getattr(torch.cpu, name))
     torch.nn.Module.cuda = lambda self, *_a, **_k: self
 
 
@@ -156,10 +152,10 @@ def _on_distrib_optimizer(module: types.ModuleType) -> None:
 
 
 @wrapt.when_imported("megatron.core")
-def _on_megatron(_module: types.ModuleType) -> None:
-    if _APPLIED.is_set():
+def _on_megatron(module: types.ModuleType) -> None:
+    if getattr(module, "_transfer_to_cpu", False):
         return
-    _APPLIED.set()
+    module._transfer_to_cpu = True
     import torch._dynamo
 
     torch._dynamo.config.disable = True
