@@ -134,3 +134,14 @@ def test_third_party_feature_registers_through_the_same_group(tmp_path: Path) ->
     """, pythonpath=str(tmp_path)).stdout)
     assert "thirdparty-json" in out["ids"] and "distill-fsdp2-topk" in out["ids"]
     assert "THIRDPARTY_GATE" in out["gates"]
+
+
+def test_every_record_of_this_package_has_a_pep440_version_range() -> None:
+    """Boot parses only other distributions' specifiers (``registry``): this package's own are checked here."""
+    from verl_ascend_ext.runtime.registry import OWN_DISTRIBUTION, check_versions, registry
+
+    reg = registry()
+    own = [r for r in reg.records if reg.declared_by[r.id] == OWN_DISTRIBUTION]
+    assert len(own) >= 20, len(own)
+    for record in own:
+        check_versions(record, record.id)

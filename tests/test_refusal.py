@@ -9,6 +9,7 @@ and in doctor with the same message, is tests/test_contract.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -75,6 +76,10 @@ def test_refusal_is_logged_even_when_the_importer_swallows_it(tmp_path: Path) ->
     except Exception as err:  # what a swallowing importer does
         print("swallowed", type(err).__name__)
     """
-    proc = run_python(code, pythonpath=str(shadow))
+    status_dir = tmp_path / "status"
+    proc = run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(status_dir)}, pythonpath=str(shadow))
     assert "swallowed PatchRefusedError" in proc.stdout
     assert "ERROR" in proc.stderr and f"refused patch '{pid}'" in proc.stderr
+    (record,) = [json.loads(f.read_text()) for f in status_dir.rglob("*.json")]  # the refusal, recorded when raised
+    (error,) = record["errors"]
+    assert (error["by"], error["type"]) == (pid, "PatchRefusedError") and f"refused patch '{pid}'" in error["message"]

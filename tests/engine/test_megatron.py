@@ -86,8 +86,9 @@ def ranks(done: Job) -> list[dict]:
 
 
 def status_json(done: Job) -> dict:
+    """What ``verl-ascend status --json --dir`` says about the job (exit 1 when it failed, else 0)."""
     proc = run_command([CLI, "status", "--json", "--dir", str(done.status_dir)], check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == (1 if done.returncode else 0), proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
 
@@ -211,6 +212,12 @@ def test_status_shows_the_checkpoint_records_exercised_where_the_save_runs(jobs_
     assert report["acts_when"][EXPORT_CHECK].startswith("rank 0 has written full Hugging Face weights")
     text = run_command([CLI, "status", "--dir", str(done.status_dir)], check=False).stdout
     assert f"{EXPORT_CHECK}: acts when" in text, text
+    # the job failed at step 2's save: status names the rank whose export check raised, and why
+    first = report["outcome"]["first_failure"]
+    assert report["outcome"]["state"] == "failed" and first["pid"] == saver, report["outcome"]
+    assert (first["role"], first["how"]) == ("ray-worker WorkerDict rank 0",
+                                             f"raised ExportCheckError ({EXPORT_CHECK})")
+    assert DROPPED in report["outcome"]["root_cause"], report["outcome"]
 
 
 def test_weight_sync_fixes_exercised_on_every_megatron_rank(jobs_dir: Path) -> None:
@@ -234,3 +241,4 @@ def test_a_resumed_job_trains_from_the_last_completed_checkpoint(jobs_dir: Path)
     for rec in ranks(done):
         assert rec["versions"]["verl"] == "0.9.1"
         assert rec["patches"]["weight-sync-kv-barrier"]["exercised"] is True, rec["pid"]
+    assert status_json(done)["outcome"]["state"] == "ended well"

@@ -20,7 +20,7 @@ from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled
 from verl_ascend_ext.patching.lazy import install
 from verl_ascend_ext.patching.record import PatchStatus, Status
 from verl_ascend_ext.patching.status import on_change, record_status, statuses, switched_off
-from verl_ascend_ext.runtime import process_record
+from verl_ascend_ext.runtime import process_end, process_record
 from verl_ascend_ext.runtime.registry import registry
 
 logger = logging.getLogger("verl_ascend_ext")
@@ -42,6 +42,8 @@ def _report(source: str):
         if refused:
             level = logging.ERROR
             line += "".join(f"\n  {r.detail}" for r in refused)
+            for r in refused:  # the import that met the unrecognised code fails with this refusal
+                process_record.raised(PatchRefusedError(r.detail), r.id)
         else:
             level = logging.WARNING if any(r.status is Status.APPLIED for r in results) else logging.INFO
         logger.log(level, "verl-ascend-ext (pid %d, loaded by %s) on import of %s: %s",
@@ -92,6 +94,7 @@ def _boot(source: str) -> None:
         process_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses,
                              {r.id: r.observed.value for r in reg.records})
         on_change(process_record.status_changed)
+        process_end.install()
 
 
 def activate_or_exit(source: str) -> None:
@@ -104,6 +107,7 @@ def activate_or_exit(source: str) -> None:
         activate(source)
     except (GateValueError, PatchRefusedError) as err:
         logger.error("%s", err)
+        process_record.raised(err, "boot")
         raise SystemExit(f"verl-ascend-ext: {err}") from err
     except Exception as err:
         logger.exception("verl-ascend-ext could not start in this process")

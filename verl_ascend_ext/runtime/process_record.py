@@ -1,10 +1,13 @@
 """What really ran: one small JSON record per process that booted the plugin, kept up to date.
 
 Written once at the end of ``boot.activate`` and again whenever a patch status changes (a target module
-imported, a refusal), another loader boots the plugin again, or an eager replacement runs for the first time
-in the process (once per patch; never again on later calls). A record holds host,
-pid, start time, role, who loaded the plugin, versions of the stack modules already imported, gates as
-parsed and every patch's in-process status. ``verl-ascend status`` reads them (``status_report``).
+imported, a refusal), another loader boots the plugin again, an eager replacement runs for the first time
+in the process (once per patch; never again on later calls), the plugin raises an error of its own
+(``raised``: when it is raised) and when the process ends (``ending``, from ``process_end``). A record holds
+host, pid, start time, role, distributed ranks (``RANK`` / ``LOCAL_RANK`` / ``WORLD_SIZE`` of verl's workers,
+vLLM's data-parallel rank of an engine core), who loaded the plugin, versions of the stack modules already
+imported, gates as parsed, every patch's in-process status, the errors the plugin raised and how the
+process ended. ``verl-ascend status`` reads them (``status_report``).
 
 Where: ``$VERL_ASCEND_EXT_STATUS_DIR`` or ``<system temp dir>/verl-ascend-ext-status-<uid>``, then one
 namespace directory: the Ray session name for Ray worker processes (from the worker's command line),
@@ -24,6 +27,7 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 import stat
 import sys
@@ -51,6 +55,9 @@ SUFFIX = ".json"
 VERSION_MODULES = {"verl": "verl", "vllm": "vllm", "vllm_ascend": "vllm-ascend", "torch": "torch",
                    "torch_npu": "torch_npu", "transformers": "transformers", "ray": "ray"}
 PLUGIN_ENV = ("VERL_USE_EXTERNAL_PLUGINS", "VLLM_PLUGINS")
+RANK_ENV = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}  # torch.distributed's, verl's
+DP_ENGINE = re.compile(r"EngineCore_DP(\d+)")  # vLLM names each data-parallel engine core process so
+MAX_ERRORS = 20
 # Roles; a Ray actor class is kept beside the role (``actor_class``).
 DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
     "driver", "ray-worker", "vllm-frontend", "engine-core", "vllm-worker", "other")
@@ -178,6 +185,35 @@ def _mp_name() -> str | None:
     return process.current_process().name if process is not None else None
 
 
+def ranks(environ: Mapping[str, str], mp_name: str | None) -> dict[str, int]:
+    """This process's distributed ranks where it has them: ``RANK`` / ``LOCAL_RANK`` / ``WORLD_SIZE`` (what
+    verl gives each worker actor and torch.distributed reads) and vLLM's data-parallel rank of an engine core."""
+    out = {key: int(environ[name]) for key, name in RANK_ENV.items()
+           if environ.get(name, "").strip().isdigit()}
+    found = DP_ENGINE.match(mp_name or "")
+    if found:
+        out["dp_rank"] = int(found.group(1))
+    return out
+
+
+def node_ip() -> str | None:
+    """The node address Ray knows this worker by (what its errors name), when Ray is imported and connected."""
+    worker = getattr(sys.modules.get("ray._private.worker"), "global_worker", None)
+    node = getattr(worker, "node", None)
+    address = getattr(node, "node_ip_address", None)
+    return address if isinstance(address, str) else None
+
+
+def ray_actor_id() -> str | None:
+    """The Ray actor this worker process runs (what Ray's errors about it name), when Ray is imported."""
+    worker = getattr(sys.modules.get("ray._private.worker"), "global_worker", None)
+    core = getattr(worker, "core_worker", None)
+    if core is None:
+        return None
+    actor = core.get_actor_id()
+    return None if actor.is_nil() else actor.hex()
+
+
 def imported_versions() -> dict[str, str]:
     out = {}
     for module, dist in VERSION_MODULES.items():
@@ -265,6 +301,10 @@ class _Recorder:
         self.gates = dict(gates)
         self.disable = disable
         self.failed = False
+        self.errors: list[dict[str, Any]] = []
+        self.ended: dict[str, Any] | None = None
+        self.ip: str | None = None
+        self.actor_id: str | None = None
         self.last: bytes = b""
         self.fd: int | None = None
 
@@ -272,7 +312,11 @@ class _Recorder:
         from verl_ascend_ext._version import __version__
 
         title = process_title()
-        role, actor = detect_role(self.loaded_by, sys.argv, title, _mp_name(), self.session)
+        mp_name = _mp_name()
+        role, actor = detect_role(self.loaded_by, sys.argv, title, mp_name, self.session)
+        if self.session is not None:
+            self.ip = self.ip or node_ip()
+            self.actor_id = self.actor_id or ray_actor_id()
         patches = {}
         for pid, st in sorted(self.statuses().items()):
             module = st.target.partition(":")[0]
@@ -284,11 +328,13 @@ class _Recorder:
             "schema": SCHEMA, "host": self.host, "pid": self.pid, "ppid": self.ppid, "proc_start": self.ticks,
             "started": self.started,
             "updated": time.time(), "role": role, "actor_class": actor, "title": title,
+            "ranks": ranks(os.environ, mp_name), "ip": self.ip, "actor_id": self.actor_id,
             "loaded_by": list(self.loaded_by), "namespace": self.namespace,
             "versions": {"verl-ascend-ext": __version__, "python": sys.version.split()[0], **imported_versions()},
             "gates": self.gates, "disable": self.disable,
             "plugin_env": {k: os.environ.get(k) for k in PLUGIN_ENV},
             "patches": patches,
+            "errors": list(self.errors), "ended": self.ended,
         }
 
     def write(self) -> None:
@@ -380,6 +426,35 @@ def status_changed(_status: object = None) -> None:
     rewrite the record."""
     if _recorder is not None:
         _recorder.write()
+
+
+def mine() -> bool:
+    """Whether this process has a recorder of its own (not one inherited through ``fork``)."""
+    return _recorder is not None and _recorder.pid == os.getpid()
+
+
+def raised(err: BaseException, by: str) -> None:
+    """The plugin is raising ``err`` (``by``: the patch or part raising it): record it now, with the raiser's
+    file:line, so the record holds it even when the process never ends on it (a Ray actor's failed call)."""
+    if not mine():
+        return
+    assert _recorder is not None
+    caller = sys._getframe(1)
+    entry = {"at": time.time(), "by": by, "type": type(err).__name__, "message": str(err),
+             "where": f"{caller.f_code.co_filename}:{caller.f_lineno}"}
+    with _recorder.lock:
+        _recorder.errors = [*_recorder.errors, entry][-MAX_ERRORS:]
+    _recorder.write()
+
+
+def ending(ended: Mapping[str, Any]) -> None:
+    """How this process ended (``process_end.ended``): written now, atomically."""
+    if not mine():
+        return
+    assert _recorder is not None
+    with _recorder.lock:
+        _recorder.ended = dict(ended)
+    _recorder.write()
 
 
 def current_record() -> dict[str, Any] | None:

@@ -4,21 +4,27 @@ Built once per process and cached. Validation turns declaration mistakes (duplic
 targets, a record whose gate nobody declared) into errors that name the feature at fault and the
 distribution that declared it (``declared_by``: a third-party package registers features through the
 same ``verl_ascend_ext.features`` entry-point group as this package's own).
+
+Built in every process of a job, so it costs little: the entry points of the group are found by reading each
+distribution's ``entry_points.txt`` once and parsing only those naming the group (``discovery``: a process has
+~160 distributions; one or two declare features), pluggy is handed
+only the ``@hookimpl`` functions of each feature module, and a record's version specifier is parsed with
+``packaging`` only for records of other distributions: this package's own are constants, checked by its tests
+(``tests/test_hookspecs.py``) and by ``verl-ascend doctor``, not again in each process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType, ModuleType, SimpleNamespace
 from typing import Any, NamedTuple
 
 import pluggy
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from verl_ascend_ext.patching.gates import Gate, Setting
 from verl_ascend_ext.patching.record import Action, Fingerprint, PatchRecord, split_target
-from verl_ascend_ext.runtime import hookspecs
+from verl_ascend_ext.runtime import discovery, hookspecs
 
 
 class FeatureDeclarationError(RuntimeError):
@@ -40,28 +46,50 @@ class Registry(NamedTuple):
         raise KeyError(patch_id)
 
 
-def build_plugin_manager(extra_plugins: tuple[object, ...] = ()) -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    pm.load_setuptools_entrypoints(hookspecs.FEATURE_GROUP)
+UNPACKAGED = "(not installed: registered in-process)"  # a plugin registered by code, not from an entry point
+OWN_DISTRIBUTION = "verl-ascend-ext"
+
+
+class FeatureManager(pluggy.PluginManager):
+    """pluggy's plugin manager for the feature hooks, which knows the distribution each feature came from."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.distributions: dict[str, str] = {}  # plugin name -> name of the distribution whose entry point it is
+
+    def load_features(self, group: str = hookspecs.FEATURE_GROUP) -> None:
+        """Register every entry point of ``group`` (``discovery``: once per distribution name, the first on
+        ``sys.path`` wins, as ``importlib.metadata.entry_points``)."""
+        for dist, ep in discovery.scan(group):
+            if self.get_plugin(ep.name) is None and not self.is_blocked(ep.name):
+                self.register(hook_functions(ep.load()), name=ep.name)
+                self.distributions[ep.name] = dist
+
+
+def hook_functions(feature: ModuleType | object) -> object:
+    """What pluggy registers for a feature module: its ``@hookimpl``-marked attributes only (pluggy reads every
+    attribute of what it registers, statically: a declaration module holds dozens of names)."""
+    if not isinstance(feature, ModuleType):
+        return feature
+    marker = f"{hookspecs.PROJECT}_impl"  # the attribute pluggy's HookimplMarker sets on a function
+    marked = {name: value for name, value in vars(feature).items() if hasattr(value, marker)}
+    return SimpleNamespace(__name__=feature.__name__, __file__=getattr(feature, "__file__", None), **marked)
+
+
+def build_plugin_manager(extra_plugins: tuple[object, ...] = ()) -> FeatureManager:
+    pm = FeatureManager()
+    pm.load_features()
     for plugin in extra_plugins:
         pm.register(plugin)
     pm.check_pending()
     return pm
 
 
-UNPACKAGED = "(not installed: registered in-process)"  # a plugin registered by code, not from an entry point
-
-
 def declarer(pm: pluggy.PluginManager, plugin: object) -> str:
     """The name of the distribution whose entry point loaded feature ``plugin``, else ``UNPACKAGED``."""
-    for loaded, dist in pm.list_plugin_distinfo():
-        if loaded is plugin:
-            return str(dist.project_name)
-    return UNPACKAGED
-
-
-OWN_DISTRIBUTION = "verl-ascend-ext"
+    known = getattr(pm, "distributions", {})
+    return known.get(pm.get_name(plugin) or "", UNPACKAGED)
 
 
 def _results(pm: pluggy.PluginManager, hook: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
@@ -156,12 +184,8 @@ def _check_record(record: PatchRecord, who: str) -> None:
         raise FeatureDeclarationError(
             f"{where} has action {record.action!r}; use one of {', '.join(repr(a.value) for a in Action)} "
             "(verl_ascend_ext.patching.Action)") from None
-    try:
-        SpecifierSet(record.versions)
-    except InvalidSpecifier as err:
-        raise FeatureDeclarationError(
-            f"{where} has versions {record.versions!r}, not a PEP 440 specifier set ({err}); "
-            "write e.g. '>=0.9.0,<0.10'") from None
+    if who != OWN_DISTRIBUTION:  # this package's own: see the module's docstring
+        check_versions(record, where)
     shapes = [("original", record.original), ("fixed", record.fixed),
               *(("variant", v.original) for v in record.variants), *(("covered", c) for c in record.covered_shapes)]
     for field, shape in shapes:
@@ -179,6 +203,18 @@ def _check_record(record: PatchRecord, who: str) -> None:
                         "reason; list (pattern, why it is kept) for patterns of the same fingerprint")
 
 
+def check_versions(record: PatchRecord, where: str) -> None:
+    """``record.versions`` is a PEP 440 specifier set, or FeatureDeclarationError naming the record."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(record.versions)
+    except InvalidSpecifier as err:
+        raise FeatureDeclarationError(
+            f"{where} has versions {record.versions!r}, not a PEP 440 specifier set ({err}); "
+            "write e.g. '>=0.9.0,<0.10'") from None
+
+
 def _parts(fingerprint: Fingerprint) -> list[Fingerprint]:
     return [fingerprint, *(p for part in fingerprint.also for p in _parts(part))]
 
@@ -190,5 +226,5 @@ def registry() -> Registry:
 
 
 @lru_cache(maxsize=1)
-def plugin_manager() -> pluggy.PluginManager:
+def plugin_manager() -> FeatureManager:
     return build_plugin_manager()

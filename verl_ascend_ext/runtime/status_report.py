@@ -23,6 +23,10 @@ ended processes instead, so the report still says what ran (``counted``: "active
 processes are listed (``alive: false``) and are never compared or flagged. An idle Ray worker (never
 given an actor, no target module imported) is listed but not counted. Exit 0 fine, 1 any problem, 2
 the Ray cluster could not be reached (``--ray``, see ``cluster.status_ray``).
+
+First of all the report holds the job's ``outcome`` (``job_outcome``): running, ended well or failed, and for
+a failed job the process that failed first (role with its rank, host, pid, how), the root cause as far as the
+records show it, and how the rest ended. A failed job exits 1 too.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 from verl_ascend_ext.patching.gates import DISABLE_ENV
 from verl_ascend_ext.patching.record import DONE, OFF, Observed, Status
 from verl_ascend_ext.runtime import process_record as rr
+from verl_ascend_ext.runtime.job_outcome import FAILED, end_of, label, outcome
 
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
 VLLM_ENTRY_POINT = "verl_ascend_ext"
@@ -75,8 +80,7 @@ def merge(batches: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def who(rec: dict[str, Any]) -> str:
-    actor = f" {rec['actor_class']}" if rec.get("actor_class") else ""
-    return f"{rec.get('host')} pid {rec.get('pid')} ({rec.get('role')}{actor})"
+    return f"{rec.get('host')} pid {rec.get('pid')} ({label(rec)})"
 
 
 def role_of(rec: dict[str, Any]) -> str:
@@ -179,13 +183,17 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
             problems.append(f"version skew: {dist} " + "; ".join(parts))
     processes = [{
         "host": r.get("host"), "pid": r.get("pid"), "role": r.get("role"), "actor_class": r.get("actor_class"),
+        "label": label(r), "ranks": r.get("ranks") or {}, "ip": r.get("ip"),
+        "ended": r.get("ended"), "end": end_of(r), "errors": r.get("errors") or [],
         "loaded_by": r.get("loaded_by"), "alive": r.get("alive"), "idle": idle(r), "namespace": r.get("namespace"),
         "started": r.get("started"), "dead_since": r.get("dead_since"), "versions": r.get("versions"),
         "patches": {pid: p.get("status") for pid, p in sorted((r.get("patches") or {}).items())},
         "exercised": sorted(pid for pid, p in (r.get("patches") or {}).items() if p.get("exercised")),
     } for r in records]
     exercised, by_role_exercised = _exercised(counted)
+    job = outcome(records)
     return {
+        "outcome": job,
         "processes": processes,
         "counted": "active" if live else "ended",
         "summary": {pid: dict(sorted(c.items())) for pid, c in sorted(summary.items())},
@@ -193,5 +201,6 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
         "exercised": exercised, "by_role_exercised": by_role_exercised,
         "driver": None if driver is None else {"host": driver.get("host"), "pid": driver.get("pid")},
         "active": len(live), "dead": len(records) - len(live),
-        "notes": list(notes or []), "problems": problems, "exit_code": 1 if problems else 0,
+        "notes": list(notes or []), "problems": problems,
+        "exit_code": 1 if problems or job["state"] == FAILED else 0,
     }

@@ -92,6 +92,7 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
                         f"unset it or add '{VERL_ENTRY_POINT}'")
     verl_loads = discovery and registered and allowed
     problems += unregistered_features()
+    problems += invalid_version_ranges()
 
     vllm_installed = installed_version("vllm") is not None
     vllm_registered = _has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
@@ -111,10 +112,26 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
         "vllm_entry_point": vllm_registered,
         "vllm_will_load": vllm_installed and vllm_registered and vllm_allowed,
         "features": sorted(name for name, _ in plugin_manager().list_name_plugin() if not name.startswith("_")),
-        "feature_distributions": {name: dist.project_name for name, dist in (
-            (plugin_manager().get_name(plugin), dist) for plugin, dist in plugin_manager().list_plugin_distinfo())},
+        "feature_distributions": dict(sorted(plugin_manager().distributions.items())),
         "problems": problems,
     }
+
+
+def invalid_version_ranges() -> list[str]:
+    """Every record's version specifier parsed (boot parses only other distributions' records: ``registry``)."""
+    from verl_ascend_ext.runtime.registry import check_versions
+
+    out = []
+    try:
+        records = registry().records
+    except FeatureDeclarationError:
+        return out  # reported by the feature checks above
+    for record in records:
+        try:
+            check_versions(record, f"patch '{record.id}' (feature {record.feature})")
+        except FeatureDeclarationError as err:
+            out.append(str(err))
+    return out
 
 
 def _value_row(gate: Gate | Setting, environ: Mapping[str, str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from verl_ascend_ext.runtime import process_record as rr
+from verl_ascend_ext.runtime.job_outcome import FAILED, format_outcome
 from verl_ascend_ext.runtime.status_report import aggregate, collect, merge
 from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
@@ -90,11 +91,14 @@ def _acts_when(report: dict[str, Any]) -> dict[str, str]:
 
 def format_report(report: dict[str, Any]) -> str:
     out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead", ""]
+    if "outcome" in report and report["processes"]:
+        out += format_outcome(report["outcome"])
     rows = []
     for p in report["processes"]:
         counts = Counter(p["patches"].values())
-        state = "dead" if p["alive"] is False else "alive" if p["alive"] else "?"
-        role = p["role"] + (f" {p['actor_class']}" if p["actor_class"] else " (idle)" if p.get("idle") else "")
+        state = "alive" if p["alive"] else p.get("end") or ("dead" if p["alive"] is False else "?")
+        role = p.get("label") or p["role"] + (f" {p['actor_class']}" if p["actor_class"] else "")
+        role += " (idle)" if p.get("idle") else ""
         rows.append([p["host"], str(p["pid"]), role, ",".join(p["loaded_by"] or []), state,
                      " ".join(f"{s}:{n}" for s, n in sorted(counts.items())), str(len(p.get("exercised") or []))])
     if rows:
@@ -126,6 +130,8 @@ def format_report(report: dict[str, Any]) -> str:
         out += ["", "Problems"] + [f"  {p}" for p in report["problems"]]
     if "selftest" in report:
         out += selftest_store.format_section(report["selftest"])
-    out += ["", "PROBLEMS FOUND (exit 1)" if report["exit_code"] == 1 else
+    failed = (report.get("outcome") or {}).get("state") == FAILED
+    out += ["", "JOB FAILED (exit 1)" + ("; problems found too" if report["problems"] else "") if failed else
+            "PROBLEMS FOUND (exit 1)" if report["exit_code"] == 1 else
             "no process recorded" if not report["processes"] else "OK"]
     return "\n".join(out)

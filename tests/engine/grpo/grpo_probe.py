@@ -26,6 +26,12 @@ Does nothing unless its variables are set:
   own save path. The same for mbridge's writer (``mbridge.core.safetensor_io.save_file``: vanilla mbridge's
   export of the Megatron actor). With ``GRPO_PROBE_DROP_EXPORT_UNDER=TEXT`` only in files whose path holds
   ``TEXT`` (e.g. ``global_step_3``: that save alone).
+- ``GRPO_PROBE_FAULT=stall|kill`` with ``GRPO_PROBE_FAULT_RANK=R`` and ``GRPO_PROBE_FAULT_SYNC=N``: the faults of
+  the post-mortem scenarios. On actor rank R (verl's ``RANK``), right after its N-th weight update of the rollout
+  (``ServerAdapter.update_weights`` returned, the N-th weight sync of that process: before the KV-cache resume and
+  its barrier), ``stall`` blocks the rank (the thread sleeps, as a hung transfer would hold it) and ``kill`` ends
+  the process with SIGKILL (as the OOM killer would: nothing runs after it). Nothing is written anywhere: what the
+  job's records say about it is what the plugin saw.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import dataclasses
 import itertools
 import json
 import os
+import signal
 import time
 import uuid
 from types import ModuleType, SimpleNamespace
@@ -46,6 +53,10 @@ SEED = os.environ.get("GRPO_PROBE_SEED_PER_SAMPLE")
 ORDERED = os.environ.get("GRPO_PROBE_ORDERED_BATCH") == "1"
 DROP = os.environ.get("GRPO_PROBE_DROP_EXPORT_TENSOR")
 DROP_UNDER = os.environ.get("GRPO_PROBE_DROP_EXPORT_UNDER", "")
+FAULT = os.environ.get("GRPO_PROBE_FAULT")
+FAULTS = ("stall", "kill")
+if FAULT is not None and FAULT not in FAULTS:
+    raise ValueError(f"GRPO_PROBE_FAULT={FAULT!r}: expected one of {FAULTS}")
 
 
 if SEED:
@@ -115,3 +126,22 @@ if DROP:
     @wrapt.when_imported("mbridge.core.safetensor_io")
     def _drop_from_mbridge_export(module: ModuleType) -> None:
         module.save_file = _without_dropped(module.save_file)
+
+
+if FAULT:
+    @wrapt.when_imported("verl.workers.rollout.vllm_rollout.vllm_rollout")
+    def _fault_after_weight_update(module: ModuleType) -> None:
+        adapter = module.ServerAdapter
+        update = adapter.update_weights
+        calls = itertools.count(1)
+        rank, at = os.environ["GRPO_PROBE_FAULT_RANK"], int(os.environ["GRPO_PROBE_FAULT_SYNC"])
+
+        async def update_then_fault(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = await update(self, *args, **kwargs)
+            if kwargs.get("base_sync_done", True) and os.environ.get("RANK") == rank and next(calls) == at:
+                if FAULT == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(3600)  # stall: until the job is torn down
+            return out
+
+        adapter.update_weights = update_then_fault

@@ -17,9 +17,11 @@ every Ray worker, and every vLLM process those start, gets them through the plug
 (``ray-runtime-env-gates``), not by inheriting the shell that started Ray. The raylet gets the test's own
 infrastructure (``PYTHONPATH``, the platform's variables, the probe's), which a real cluster's image would carry.
 
-A job runs in its own process session with a marker in its environment; when it ends (or times out) every process
-still carrying the marker (Ray's head and raylet, its workers, vLLM's engine processes) is killed, so a failed job
-cannot leave a cluster behind.
+A job runs in its own process session with a marker in its environment. When its driver has exited, Ray tears the
+job down as on a real cluster (its workers get SIGTERM; vLLM's processes follow their parents) for at most
+``TEARDOWN`` seconds, until no process of the job's records runs (an idle pool worker aside); then every process
+still carrying the marker (Ray's head and raylet, what is left) is killed, so a failed job cannot leave a cluster
+behind. A job that times out is killed at once.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from typing import IO
 from grpo.recipe_overrides import merged
 from subprocesses import scrubbed_env
 
+from verl_ascend_ext.runtime.process_record import alive, read_records
+from verl_ascend_ext.runtime.status_report import idle
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
 MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes both
@@ -50,6 +55,7 @@ ALIAS = Path(sys.prefix) / "vllm-dist-alias"  # verl reads the `vllm` distributi
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 MARK = "VERL_ASCEND_EXT_GRPO_JOB"  # the job's processes carry it (scrubbed from test subprocesses: VERL_ASCEND_)
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+TEARDOWN = 30.0  # seconds Ray gets to end the job's processes after the driver exited
 
 
 @dataclass
@@ -229,6 +235,7 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool 
                                     start_new_session=True)
             try:
                 returncode = proc.wait(timeout=timeout)
+                await_teardown(directory / "status", TEARDOWN)
             except subprocess.TimeoutExpired:
                 returncode = -signal.SIGKILL
             kill_job(proc.pid, marker)
@@ -256,6 +263,17 @@ def start_ray(gpus: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.
         head.wait(timeout=30)
         raise subprocess.CalledProcessError(head.returncode or 1, head.args)
     return head, address
+
+
+def await_teardown(status_dir: Path, wait: float) -> None:
+    """Wait at most ``wait`` seconds until no process of the job's records runs any more (Ray's idle pool workers,
+    which never got an actor, are Ray's to keep)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        records, _ = read_records(str(status_dir))
+        if not any(alive(int(r["pid"]), r.get("proc_start")) and not idle(r) for r in records):
+            return
+        time.sleep(0.5)
 
 
 def kill_job(session: int | None, marker: str, wait: float = 30.0) -> None:

@@ -9,9 +9,15 @@ from typing import Any
 from verl_ascend_ext.features.checkpoint.config_json import config_to_json_safe
 from verl_ascend_ext.features.checkpoint.conversions import FSDP_MASTER_WEIGHTS, Conversion
 from verl_ascend_ext.features.checkpoint.declaration import EXPORT_CHECK, EXPORT_CHECK_FSDP
-from verl_ascend_ext.features.checkpoint.export_check import check_export, export_check_mode
+from verl_ascend_ext.features.checkpoint.export_check import (
+    ExportCheckError,
+    ExportInputError,
+    check_export,
+    export_check_mode,
+)
 from verl_ascend_ext.features.checkpoint.provenance import write_beside
 from verl_ascend_ext.patching.status import exercised
+from verl_ascend_ext.runtime.process_record import raised
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -48,12 +54,18 @@ def _check_saved(record_id: str, manager: Any, hf_ckpt_path: str, mode: str,
         message = (f"verl-ascend-ext export check: no local reference checkpoint to compare {hf_ckpt_path} with "
                    f"(model path {model_path!r} is not a directory)")
         if mode == "error":
-            from verl_ascend_ext.features.checkpoint.export_check import MODE_ENV, ExportCheckError
+            from verl_ascend_ext.features.checkpoint.export_check import MODE_ENV
 
-            raise ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
+            no_reference = ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
+            raised(no_reference, record_id)
+            raise no_reference
         logger.warning("%s", message)
         return
-    check_export(hf_ckpt_path, reference, mode, plugin_status=status, conversions=conversions)
+    try:
+        check_export(hf_ckpt_path, reference, mode, plugin_status=status, conversions=conversions)
+    except (ExportCheckError, ExportInputError) as err:
+        raised(err, record_id)
+        raise
 
 
 def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:

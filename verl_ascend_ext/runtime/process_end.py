@@ -1,0 +1,198 @@
+"""How this process ended, as it can see it: put in its status record (``process_record``) at the end.
+
+What a Python process can observe of its own end without changing it, installed once at boot (a few
+attribute swaps; nothing runs until the end):
+
+- an uncaught exception (``sys.excepthook``, chained to the hook that was there): type, message, the
+  innermost frame's file:line, and the chain of causes, through the remote cause a Ray ``RayTaskError``
+  carries (with the pid and address of the process where it was raised);
+- ``sys.exit(code)`` called on the main thread (wrapped): the code, and the exception being handled when it
+  was called: Hydra, which runs verl's ``main_ppo``, catches the job's exception, prints it and calls
+  ``sys.exit(1)``;
+- SIGTERM and SIGHUP where the process already handles them in Python when the plugin boots (Ray's workers
+  do): the signal is recorded, then the handler that was there runs, as it would have. Over the default
+  action nothing is installed: a Python handler runs only when the main thread runs Python, so a process
+  blocked in native code (a hung collective) would no longer end on SIGTERM. SIGINT arrives as
+  ``KeyboardInterrupt``, an exception;
+- the interpreter's end (``atexit``): the record is written with what was seen (an exit without any of the
+  above: the code is not known, ``None``).
+
+A process that ends without any of these (SIGKILL, the OOM killer, a crash in native code, ``os._exit``, a
+host that went away) leaves its last record as it was: ``verl-ascend status`` shows it as "ended without a
+word", with the time that record was written. Errors the plugin raises itself are recorded when they are
+raised (``process_record.raised``). Only the standard library is imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import signal
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+from verl_ascend_ext.runtime import process_record
+
+MAX_CHAIN = 8
+MAX_MESSAGE = 2000
+SIGNALS = ("SIGTERM", "SIGHUP")
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+RAY_TASK = re.compile(r"\(pid=(\d+), ip=([^,)\s]+)")  # Ray's task error: "ray::Actor.method() (pid=N, ip=A, ...)"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+_installed = False
+_exit_call: tuple[Any, list[dict[str, Any]] | None] | None = None  # sys.exit's code, what was being handled
+_uncaught: list[dict[str, Any]] | None = None
+_signalled: str | None = None
+
+
+def _ray_task_error(exc: BaseException) -> bool:
+    """Ray's ``RayTaskError``, or the class Ray makes to be both it and its cause (``RayTaskError(KeyError)``, whose
+    attributes other than ``cause`` are the cause's): told by name, Ray is not imported here."""
+    return any(cls.__name__ == "RayTaskError" for cls in type(exc).__mro__)
+
+
+def _remote(exc: BaseException) -> tuple[dict[str, Any], BaseException | None]:
+    """A Ray task error's entry (the task, the pid and address of the process it failed in, the innermost
+    file:line of its traceback) and its cause (raised in that process)."""
+    text = ANSI.sub("", _text(exc))
+    first = text.splitlines()[0] if text else ""
+    task = RAY_TASK.search(first)
+    files = _FILE_LINE.findall(text)
+    cause = vars(exc).get("cause")
+    entry = {"type": type(exc).__name__, "message": f"failed in {first.strip()[:300]}",
+             "where": f"{files[-1][0]}:{files[-1][1]}" if files else None,
+             "pid": int(task.group(1)) if task else None, "ip": task.group(2) if task else None}
+    return entry, cause if isinstance(cause, BaseException) and cause is not exc else None
+
+
+def _where(exc: BaseException) -> str | None:
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as err:  # a broken __str__ must not cost the record
+        return f"<str() failed: {type(err).__name__}>"
+
+
+def _message(exc: BaseException) -> str:
+    text = _text(exc)
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " ..."
+
+
+def describe(exc: BaseException) -> list[dict[str, Any]]:
+    """The exception and its causes, outermost first: type, message, innermost file:line; a Ray task error's
+    entry adds the pid and address of the process that raised its cause."""
+    chain: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < MAX_CHAIN:
+        seen.add(id(current))
+        if _ray_task_error(current):
+            entry, current = _remote(current)
+            chain.append(entry)
+            continue
+        entry = {"type": type(current).__name__, "message": _message(current), "where": _where(current)}
+        if current.__cause__ is not None:
+            current = current.__cause__
+        else:
+            current = None if current.__suppress_context__ else current.__context__
+        chain.append(entry)
+    return chain
+
+
+def ended() -> dict[str, Any]:
+    """What is known of this process's end so far (``how``: signal, exception or exit)."""
+    out: dict[str, Any] = {"at": time.time()}
+    code = None if _exit_call is None else _exit_code(_exit_call[0])
+    if _signalled is not None:
+        out.update(how="signal", signal=_signalled, code=code)
+    elif _uncaught is not None:
+        out.update(how="exception", code=1, error=_uncaught)
+    else:
+        out.update(how="exit", code=code)
+        if _exit_call is not None and _exit_call[1] and code != 0:
+            out["error"] = _exit_call[1]  # exiting while handling it: the cause of a non-zero exit
+    return out
+
+
+def _exit_code(arg: Any) -> int:
+    if arg is None:
+        return 0
+    return arg if isinstance(arg, int) else 1  # sys.exit("message") prints it and exits 1
+
+
+def _write() -> None:
+    process_record.ending(ended())
+
+
+def _excepthook(previous: Callable[..., Any]) -> Callable[..., Any]:
+    def excepthook(kind: type[BaseException], value: BaseException, tb: types.TracebackType | None) -> Any:
+        global _uncaught
+        if process_record.mine():
+            _uncaught = describe(value)
+            _write()
+        return previous(kind, value, tb)
+
+    excepthook.verl_ascend_ext = True  # type: ignore[attr-defined]
+    return excepthook
+
+
+def _exit(previous: Callable[..., Any]) -> Callable[..., Any]:
+    def exit(status: Any = None) -> Any:
+        global _exit_call
+        if threading.current_thread() is threading.main_thread() and process_record.mine():
+            handling = sys.exc_info()[1]
+            _exit_call = (status, describe(handling) if handling is not None else None)
+        return previous(status)
+
+    exit.__doc__ = previous.__doc__
+    exit.verl_ascend_ext = True  # type: ignore[attr-defined]
+    return exit
+
+
+def _chained(previous: Callable[..., Any]) -> Callable[..., Any]:
+    def handler(signum: int, frame: types.FrameType | None) -> Any:
+        global _signalled
+        if process_record.mine():
+            _signalled = signal.Signals(signum).name
+            _write()
+        return previous(signum, frame)
+
+    handler.verl_ascend_ext = True  # type: ignore[attr-defined]
+    return handler
+
+
+def _at_exit() -> None:
+    if process_record.mine():
+        _write()
+
+
+def install() -> None:
+    """Observe this process's end from now on (once per process; boot calls it)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if not getattr(sys.excepthook, "verl_ascend_ext", False):
+        sys.excepthook = _excepthook(sys.excepthook)
+    if not getattr(sys.exit, "verl_ascend_ext", False):
+        sys.exit = _exit(sys.exit)
+    atexit.register(_at_exit)
+    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
+        for name in SIGNALS:
+            sig = getattr(signal, name, None)
+            previous = None if sig is None else signal.getsignal(sig)
+            if callable(previous) and not getattr(previous, "verl_ascend_ext", False):
+                signal.signal(sig, _chained(previous))
