@@ -53,13 +53,16 @@ def silent(rec: dict[str, Any]) -> bool:
     return rec.get("alive") is False and not rec.get("ended")
 
 
-def end_of(rec: dict[str, Any]) -> str:
-    """One line on how the process ended (or that it runs)."""
+def end_of(rec: dict[str, Any], last_record: bool = True) -> str:
+    """One line on how the process ended (or that it runs); for one that ended without a word, with the time of its
+    last record unless ``last_record`` is false."""
     if rec.get("alive"):
         return "running"
     ended = rec.get("ended")
     if not ended:
-        return f"{NO_WORD} (last record {clock(rec.get('updated'))})" if rec.get("alive") is False else "?"
+        if rec.get("alive") is not False:
+            return "?"
+        return f"{NO_WORD} (last record {clock(rec.get('updated'))})" if last_record else NO_WORD
     how, code = ended.get("how"), ended.get("code")
     if how == "signal":
         return str(ended.get("signal"))
@@ -83,10 +86,9 @@ def failure_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _find(records: list[dict[str, Any]], pid: int, ip: str | None = None) -> dict[str, Any] | None:
+def _find(records: list[dict[str, Any]], pid: int) -> dict[str, Any] | None:
+    """The newest record of ``pid`` (a message names a pid, not a host)."""
     found = [r for r in records if int(r.get("pid", -1)) == pid]
-    if ip and len(found) > 1:
-        found = [r for r in found if r.get("ip") in (ip, None)] or found
     return max(found, key=lambda r: r.get("started", 0)) if found else None
 
 
@@ -156,8 +158,7 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         if rec is not None and rec is not first:
             named.append(_who(rec))
     out["named"] = named
-    rest = Counter(f"{label(r)}: {end_of(r).split(' (last record')[0]}" for r in records
-                   if r is not first and r is not driver)
+    rest = Counter(f"{label(r)}: {end_of(r, last_record=False)}" for r in records if r is not first and r is not driver)
     out["rest"] = dict(sorted(rest.items()))
     return out
 

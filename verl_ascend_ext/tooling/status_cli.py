@@ -97,8 +97,7 @@ def format_report(report: dict[str, Any]) -> str:
     for p in report["processes"]:
         counts = Counter(p["patches"].values())
         state = "alive" if p["alive"] else p.get("end") or ("dead" if p["alive"] is False else "?")
-        role = p.get("label") or p["role"] + (f" {p['actor_class']}" if p["actor_class"] else "")
-        role += " (idle)" if p.get("idle") else ""
+        role = p["label"] + (" (idle)" if p.get("idle") else "")
         rows.append([p["host"], str(p["pid"]), role, ",".join(p["loaded_by"] or []), state,
                      " ".join(f"{s}:{n}" for s, n in sorted(counts.items())), str(len(p.get("exercised") or []))])
     if rows:
