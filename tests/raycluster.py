@@ -41,6 +41,15 @@ def loopback_cluster(head_env: Mapping[str, str] | None = None) -> Iterator[obje
             cluster.shutdown()
 
 
+@contextmanager
+def three_nodes() -> Iterator[tuple[object, set[str]]]:
+    """A head and two worker nodes (1 CPU each) on loopback: the cluster and the worker nodes' ids."""
+    with loopback_cluster() as cluster:
+        workers = [cluster.add_node(num_cpus=1), cluster.add_node(num_cpus=1)]
+        cluster.wait_for_nodes()
+        yield cluster, {w.node_id for w in workers}
+
+
 def driver_env(**extra: str) -> dict[str, str]:
     """Environment for a driver subprocess: the scrubbed one (``subprocesses.scrubbed_env``), on loopback, ``extra``."""
     return scrubbed_env({**LOOPBACK, **extra})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from verl_ascend_ext.patching.gates import Gate
 
@@ -253,3 +253,16 @@ class PatchStatus(NamedTuple):
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "target": self.target, "status": self.status.value, "detail": self.detail,
                 "where": self.where}
+
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Patch(Protocol):
+        """What the boot knows of a patch before its target is imported: a record, or the boot's plan of one
+        (``runtime.boot_plan.Planned``)."""
+
+        id: str
+        target: str
+        module: str
+        gate: Gate

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV
-from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
+from verl_ascend_ext.patching.record import PatchStatus, Status
+
+if TYPE_CHECKING:
+    from verl_ascend_ext.patching.record import Patch
 
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
@@ -25,7 +29,7 @@ def on_change(listener: Callable[[PatchStatus | None], None] | None) -> None:
     _on_change = listener
 
 
-def switched_off(record: PatchRecord, disabled: frozenset[str], environ: Mapping[str, str]) -> PatchStatus | None:
+def switched_off(record: Patch, disabled: frozenset[str], environ: Mapping[str, str]) -> PatchStatus | None:
     """DISABLED or GATE_OFF status when the kill switch or the gate turn the patch off, else None."""
     if record.id in disabled:
         return PatchStatus(record.id, record.target, Status.DISABLED, f"listed in {DISABLE_ENV}")

@@ -2,7 +2,8 @@
 
 ``activate`` runs once per process whatever the number of loads (verl plugin, vLLM plugin, API):
 it reads the gates and the kill switch, records each patch's status and registers lazy post-import
-hooks. It imports only this package, pluggy, wrapt and packaging: never vLLM, vLLM-Ascend,
+hooks. It imports only this package, wrapt and, where another distribution declares features, pluggy
+(``boot_plan``: this package's own features are read from the generated manifest); never vLLM, vLLM-Ascend,
 torch_npu, Megatron, Ray or transformers. Because verl logs plugin failures at DEBUG, everything a
 user must know is logged here at WARNING or above.
 """
@@ -20,8 +21,7 @@ from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled
 from verl_ascend_ext.patching.lazy import install
 from verl_ascend_ext.patching.record import PatchStatus, Status
 from verl_ascend_ext.patching.status import on_change, record_status, statuses, switched_off
-from verl_ascend_ext.runtime import process_end, process_record
-from verl_ascend_ext.runtime.registry import registry
+from verl_ascend_ext.runtime import boot_plan, process_end, process_record
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -72,7 +72,7 @@ def activate(source: str = "api") -> None:
 
 
 def _boot(source: str) -> None:
-    reg = registry()
+    reg = boot_plan.plan()
     for gate in (*reg.gates, *reg.settings):
         gate.read()  # fail on a bad value now, naming the variable, not at first import of a target
     disabled = disabled_patch_ids(r.id for r in reg.records)
@@ -87,12 +87,12 @@ def _boot(source: str) -> None:
     global _hooks_registered
     _hooks_registered = True  # from here on a retry would register every hook twice
     try:
-        install(active, _report(source))
+        install(active, _report(source), boot_plan.record)
         for module_name, callback in reg.import_hooks:
             wrapt.register_post_import_hook(callback, module_name)
     finally:  # a refusal of an already-imported target is recorded too
         process_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses,
-                             {r.id: r.observed.value for r in reg.records})
+                             {r.id: r.observed for r in reg.records})
         on_change(process_record.status_changed)
         process_end.install()
 

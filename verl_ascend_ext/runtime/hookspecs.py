@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+from verl_ascend_ext.runtime.discovery import FEATURE_GROUP as FEATURE_GROUP  # declared where it is scanned
+
 if TYPE_CHECKING:
     from verl_ascend_ext.patching.gates import Gate, Setting
     from verl_ascend_ext.patching.record import PatchRecord
     from verl_ascend_ext.runtime.findings import Finding
 
 PROJECT = "verl_ascend_ext"
-FEATURE_GROUP = "verl_ascend_ext.features"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)

@@ -1,5 +1,5 @@
-"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, switches, export-check, recipe,
-selftest."""
+"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, boot-manifest, switches, export-check,
+recipe, selftest."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --ray: give up (exit 2) after this many seconds (default 120)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
+    manifest = sub.add_parser("boot-manifest", help="print the boot manifest (runtime/boot_manifest.py)")
+    manifest.add_argument("--check", action="store_true", help="exit 1 if the installed manifest is stale")
+    manifest.add_argument("--write", action="store_true", help="regenerate the installed manifest")
     from verl_ascend_ext.features.checkpoint.cli import add_parser as add_export_check_parser
     switches = sub.add_parser("switches", help="print the README's table of switches (declared gates and settings)")
     switches.add_argument("--check", metavar="FILE", help="exit 1 if FILE's generated block differs")
@@ -122,6 +125,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.check} is stale: regenerate it with `verl-ascend catalogue > {args.check}`",
                       file=sys.stderr)
                 return 1
+            return 0
+        sys.stdout.write(text)
+        return 0
+    if args.command == "boot-manifest":
+        from verl_ascend_ext.tooling import boot_manifest
+
+        if args.check:
+            stale = boot_manifest.check()
+            for line in stale:
+                print(f"{boot_manifest.path()} is stale: {line}", file=sys.stderr)
+            if stale:
+                print("regenerate it with `verl-ascend boot-manifest --write`", file=sys.stderr)
+            return 1 if stale else 0
+        text = boot_manifest.render()
+        if args.write:
+            boot_manifest.path().write_text(text, encoding="utf-8")
             return 0
         sys.stdout.write(text)
         return 0

@@ -93,6 +93,7 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
     verl_loads = discovery and registered and allowed
     problems += unregistered_features()
     problems += invalid_version_ranges()
+    problems += stale_boot_manifest()
 
     vllm_installed = installed_version("vllm") is not None
     vllm_registered = _has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
@@ -132,6 +133,22 @@ def invalid_version_ranges() -> list[str]:
         except FeatureDeclarationError as err:
             out.append(str(err))
     return out
+
+
+def stale_boot_manifest() -> list[str]:
+    """A problem when the installed boot manifest differs from the declarations (every process booting from it would
+    stop at the first import of a target)."""
+    from verl_ascend_ext.runtime import boot_plan
+
+    try:
+        differences = boot_plan.stale(registry())
+    except FeatureDeclarationError:
+        return []  # reported by the feature checks above
+    if not differences:
+        return []
+    return [f"{boot_plan.MANIFEST_FILE} is stale ({'; '.join(differences)}): processes booting from it stop at the "
+            "first import of a target; regenerate it with `verl-ascend boot-manifest --write` or reinstall "
+            "verl-ascend-ext"]
 
 
 def _value_row(gate: Gate | Setting, environ: Mapping[str, str]) -> dict[str, Any]:

@@ -16,8 +16,11 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from verl_ascend_ext.features.device.import_hooks import on_main_ppo, on_platform_module
 from verl_ascend_ext.features.device.targets import (
     CONSTANTS,
+    FORWARD_GATE,
+    GATE,
     MAIN_PPO,
     PLATFORM_MODULE,
     RAY_RECORD_ID,
@@ -29,20 +32,6 @@ from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from verl_ascend_ext.runtime.findings import Finding
-
-GATE = Gate(
-    "VERL_ASCEND_EXT_DEVICE_HOOKS",
-    default=True,
-    doc="Ascend device hooks: verl's NPU platform subclassed (a failing allocator setting warns once per process "
-    "with the torch_npu version and the fix; this package's variables in the rollout env).",
-)
-# Separate from the device hooks: switching those off must not stop the other gates (GLM-5.2's among them)
-# from reaching the workers on other nodes.
-FORWARD_GATE = Gate(
-    "VERL_ASCEND_EXT_FORWARD_ENV",
-    default=True,
-    doc="Carry this package's variables set in the driver into every Ray worker of a PPO job (runtime env).",
-)
 
 RAY_RUNTIME_ENV = PatchRecord(
     id=RAY_RECORD_ID,
@@ -76,22 +65,6 @@ RAY_RUNTIME_ENV = PatchRecord(
 )
 
 
-def _on_platform_module(module: ModuleType) -> None:
-    if not GATE.read():
-        return
-    from verl_ascend_ext.features.device.platform import register
-
-    register(module)
-
-
-def _on_main_ppo(module: ModuleType) -> None:
-    if not FORWARD_GATE.read():
-        return
-    from verl_ascend_ext.features.device.ray_env import rebind_main_ppo
-
-    rebind_main_ppo(module)
-
-
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE, FORWARD_GATE]
@@ -104,7 +77,7 @@ def verl_ascend_ext_patch_records() -> list[PatchRecord]:
 
 @hookimpl
 def verl_ascend_ext_import_hooks() -> list[tuple[str, Callable[[ModuleType], None]]]:
-    return [(PLATFORM_MODULE, _on_platform_module), (MAIN_PPO, _on_main_ppo)]
+    return [(PLATFORM_MODULE, on_platform_module), (MAIN_PPO, on_main_ppo)]
 
 
 @hookimpl

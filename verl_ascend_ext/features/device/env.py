@@ -12,7 +12,6 @@ import os
 from collections.abc import Mapping
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV
-from verl_ascend_ext.runtime.registry import registry
 
 PREFIX = "VERL_ASCEND_EXT_"
 NODE_LOCAL = frozenset({"VERL_ASCEND_EXT_CACHE", "VERL_ASCEND_EXT_VENV",  # paths of this machine: never carried
@@ -21,6 +20,8 @@ NODE_LOCAL = frozenset({"VERL_ASCEND_EXT_CACHE", "VERL_ASCEND_EXT_VENV",  # path
 
 def package_env_names() -> tuple[str, ...]:
     """Names of every gate of every registered feature, then the kill switch."""
+    from verl_ascend_ext.runtime.registry import registry  # pluggy and the features: not at the boot's import
+
     return (*(gate.env for gate in registry().gates), DISABLE_ENV)
 
 

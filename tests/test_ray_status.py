@@ -1,0 +1,95 @@
+"""`verl-ascend status --ray` on a running job: verl's real ``run_ppo`` on a real 3-node loopback Ray cluster, with
+workers on every node (one with a gate overridden, one killed), read back from every node.
+
+Runs on verl 0.9.0 only: what it proves (records gathered from every node, the dead worker, the settings that
+differ) does not depend on the verl release; ``test_ray_gates.py`` runs the forwarding itself on both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from raycluster import driver_env, three_nodes
+from repo import REPO
+from subprocesses import run_command
+
+SCENARIO = str(REPO / "tests" / "scenarios" / "ray_gates.py")
+CLI = str(Path(sys.executable).with_name("verl-ascend"))
+GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with three_nodes() as found:
+        yield found
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the driver ended early ({proc.returncode}); see its log")
+        assert time.monotonic() < deadline, f"{path} did not appear within {seconds} s"
+        time.sleep(0.5)
+
+
+def test_status_ray_lists_every_process_of_a_running_job(cluster, tmp_path: Path) -> None:
+    """verl's run_ppo with workers on every node (one with the gate overridden to 0, one killed): `status --ray`."""
+    c, workers = cluster
+    status_dir, hold = tmp_path / "status", tmp_path / "hold"
+    hold.mkdir()
+    env = driver_env(VERL_ASCEND_EXT_STATUS_DIR=str(status_dir), RAY_GATES_HOLD_DIR=str(hold))
+    log = (tmp_path / "driver.log").open("w+")  # a file, not a pipe: a full pipe would block the driver
+    driver = subprocess.Popen([sys.executable, SCENARIO, c.address, "hold"], env=env, stdout=log, stderr=log,
+                              text=True)
+    try:
+        wait_for(hold / "ready.json", driver, 240)
+        info = json.loads((hold / "ready.json").read_text())
+        assert {info[f"worker{i}"]["node_id"] for i in range(3)} >= workers
+        assert info["overridden"]["gate"] == "0" and info["overridden"]["node_id"] in workers
+        victim = info["victim"]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{victim}") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        proc = run_command([CLI, "status", "--ray", "--address", c.address, "--dir", status_dir, "--json"],
+                           driver_env(), check=False, timeout=180, cwd=REPO)
+        text = run_command([CLI, "status", "--ray", "--address", c.address, "--dir", status_dir], driver_env(),
+                           check=False, timeout=180, cwd=REPO)
+    finally:
+        (hold / "go").write_text("")
+        driver.wait(timeout=240)
+        log.close()
+    assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-4000:]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    procs = {p["pid"]: p for p in report["processes"]}
+    assert procs[driver.pid]["role"] == "driver" and procs[driver.pid]["alive"] is True
+    assert procs[driver.pid]["loaded_by"] == ["verl"]
+    assert procs[info["runner"]["pid"]]["role"] == "ray-worker"
+    assert procs[info["runner"]["pid"]]["actor_class"] == "HoldRunner"
+    for name in ("worker0", "worker1", "worker2", "overridden"):
+        p = procs[info[name]["pid"]]
+        assert (p["role"], p["actor_class"], p["alive"]) == ("ray-worker", "Holder", True), (name, p)
+        assert p["loaded_by"] == ["verl"] and p["patches"]["ray-runtime-env-gates"] in ("pending", "applied")
+    assert procs[info["overridden"]["pid"]]["patches"]["distill-fsdp2-topk"] == "gate-off"
+    assert procs[info["worker1"]["pid"]]["patches"]["distill-fsdp2-topk"] == "pending"
+    assert procs[victim]["alive"] is False
+    active = [p for p in report["processes"] if p["alive"] is not False]
+    assert len(active) == 6 and report["active"] == 6 and report["dead"] == 1
+    assert sum(report["summary"]["distill-fsdp2-topk"].values()) == 6  # the killed worker is not counted
+    assert report["summary"]["distill-fsdp2-topk"]["gate-off"] == 1
+    overridden = info["overridden"]
+    expected = (f"{overridden['host']} pid {overridden['pid']} (ray-worker Holder): settings differ from driver "
+                f"{procs[driver.pid]['host']} pid {driver.pid} (driver): {GATE}=off (on in the "
+                "reference)")
+    assert expected in report["problems"], report["problems"]
+    assert len(report["problems"]) == 1, report["problems"]
+    assert text.returncode == 1 and f"pid {overridden['pid']}" in text.stdout and "dead" in text.stdout

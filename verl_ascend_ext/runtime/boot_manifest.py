@@ -1,0 +1,66 @@
+"""This package's own feature declarations as the boot needs them (``runtime.boot_plan``).
+
+Generated from the registry by `verl-ascend boot-manifest --write`; do not edit by hand
+(``tests/test_boot_manifest.py`` fails when it is stale, and a process that booted with a stale one stops at the
+first import of a target).
+"""
+
+DISTRIBUTION = 'verl-ascend-ext'
+
+# (entry-point name, module) of the verl_ascend_ext.features group, sorted
+FEATURES = (
+    ('checkpoint', 'verl_ascend_ext.features.checkpoint.declaration'),
+    ('device', 'verl_ascend_ext.features.device.declaration'),
+    ('distillation', 'verl_ascend_ext.features.distillation.declaration'),
+    ('glm52_ascend', 'verl_ascend_ext.features.glm52.ascend.declaration'),
+    ('glm52_vllm', 'verl_ascend_ext.features.glm52.vllm.declaration'),
+    ('weight_sync', 'verl_ascend_ext.features.weight_sync.declaration'),
+)
+
+# (variable, default)
+GATES = (
+    ('VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', True),
+    ('VERL_VLLM_ASCEND_GLM52_PATCH', False),
+    ('VERL_ASCEND_EXT_DISTILLATION_FIXES', True),
+    ('VERL_ASCEND_EXT_DEVICE_HOOKS', True),
+    ('VERL_ASCEND_EXT_FORWARD_ENV', True),
+    ('VERL_ASCEND_EXT_CHECKPOINT_FIXES', True),
+)
+
+# (variable, default, parser module:name, unit)
+SETTINGS = (
+    ('VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
+)
+
+# (patch id, target, gate variable, observed)
+RECORDS = (
+    ('weight-sync-kv-barrier', 'verl.workers.engine_workers:ActorRolloutRefWorker.update_weights', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
+    ('weight-sync-light-empty-cache', 'verl.utils.memory_utils:aggressive_empty_cache', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
+    ('weight-sync-sender-no-full-gc', 'verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightSender._cleanup', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
+    ('weight-sync-receiver-no-full-gc', 'verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightReceiver._cleanup', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
+    ('glm52-vllm-wake-up-resume-when-awake', 'vllm.v1.engine.core:EngineCore.wake_up', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),
+    ('glm52-vllm-dp-no-dummy-forward-asleep', 'vllm.v1.engine.core:DPEngineCoreProc.execute_dummy_batch', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),
+    ('glm52-vllm-engine-core-entry', 'vllm.v1.engine.core:EngineCoreProc.run_engine_core', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),
+    ('glm52-ascend-rmsnorm-add-then-norm', 'vllm_ascend.ops.layernorm:AscendRMSNorm.forward_oot', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'traced'),
+    ('glm52-ascend-sfa-keep-kv-b-proj', 'vllm_ascend.attention.sfa_v1:AscendSFAImpl.process_weights_after_loading', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),
+    ('glm52-ascend-indexer-scale-base', 'vllm_ascend.device.device_op:BaseDeviceAdaptor.indexer_select_post_process', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'traced'),
+    ('glm52-ascend-indexer-scale-a5', 'vllm_ascend.device.device_op:A5DeviceAdaptor.indexer_select_post_process', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'traced'),
+    ('glm52-ascend-indexer-scale-cp', 'vllm_ascend.attention.context_parallel.sfa_cp:AscendSFACPImpl._execute_indexer_select', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'traced'),
+    ('glm52-ascend-camem-sync-before-sleep', 'vllm_ascend.device_allocator.camem:CaMemAllocator.sleep', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),
+    ('glm52-ascend-routed-experts-capture', 'vllm_ascend.patch.worker:<module>', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'import'),
+    ('distill-fsdp2-topk', 'verl.trainer.distillation.losses:compute_topk_loss', 'VERL_ASCEND_EXT_DISTILLATION_FIXES', 'eager'),
+    ('padding-teacher-fields', 'verl.trainer.ppo.padding_utils:construct_minimal_padding_template', 'VERL_ASCEND_EXT_DISTILLATION_FIXES', 'eager'),
+    ('distill-empty-micro-batch', 'verl.trainer.distillation.losses:distillation_loss', 'VERL_ASCEND_EXT_DISTILLATION_FIXES', 'acts'),
+    ('ray-runtime-env-gates', 'verl.trainer.constants_ppo:get_ppo_ray_runtime_env', 'VERL_ASCEND_EXT_FORWARD_ENV', 'eager'),
+    ('checkpoint-export-check', 'verl.utils.checkpoint.megatron_checkpoint_manager:MegatronCheckpointManager._save_model_as_hf_via_bridge', 'VERL_ASCEND_EXT_CHECKPOINT_FIXES', 'acts'),
+    ('checkpoint-export-check-fsdp', 'verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.save_checkpoint', 'VERL_ASCEND_EXT_CHECKPOINT_FIXES', 'acts'),
+    ('checkpoint-config-whole', 'verl.utils.checkpoint.megatron_checkpoint_manager:_to_json_safe_config_dict', 'VERL_ASCEND_EXT_CHECKPOINT_FIXES', 'eager'),
+)
+
+# (module, hook module:name)
+IMPORT_HOOKS = (
+    ('verl.plugin.platform.platform_npu', 'verl_ascend_ext.features.device.import_hooks:on_platform_module'),
+    ('verl.trainer.main_ppo', 'verl_ascend_ext.features.device.import_hooks:on_main_ppo'),
+    ('verl.utils.checkpoint.megatron_checkpoint_manager', 'verl_ascend_ext.features.checkpoint.declaration:_validate_mode'),
+    ('verl.utils.checkpoint.fsdp_checkpoint_manager', 'verl_ascend_ext.features.checkpoint.declaration:_validate_mode'),
+)
