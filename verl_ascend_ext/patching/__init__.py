@@ -1,31 +1,37 @@
 """The patch engine: records, recognisers, statuses, lazy import hooks. See ``engine`` for the contract.
 
-Importing this package loads only the light declarations (records, gates, statuses); the engine
-proper (source reading, wrapping) is loaded on first use of ``apply``/``predict``/``unpatch``.
+Each name below loads its module on first use (PEP 562): the boot, which runs in every process, imports only the
+statuses, gates and hooks it needs; the record types load with the first feature declaration, the engine proper
+(source reading, wrapping) with the first ``apply``/``predict``/``unpatch``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from verl_ascend_ext.patching.errors import PatchRefusedError
-from verl_ascend_ext.patching.gates import Gate, GateValueError, parse_bool, parse_bool_env
-from verl_ascend_ext.patching.record import Action, Fingerprint, PatchRecord, PatchStatus, Status
-from verl_ascend_ext.patching.status import statuses
+if TYPE_CHECKING:
+    from verl_ascend_ext.patching.engine import apply, predict, unpatch
+    from verl_ascend_ext.patching.errors import PatchRefusedError
+    from verl_ascend_ext.patching.gates import Gate, GateValueError, parse_bool, parse_bool_env
+    from verl_ascend_ext.patching.outcomes import PatchStatus, Status
+    from verl_ascend_ext.patching.prediction import predict_all
+    from verl_ascend_ext.patching.record import Action, Fingerprint, PatchRecord
+    from verl_ascend_ext.patching.status import statuses
 
-_ENGINE = ("apply", "predict", "unpatch")
+_HOME = {  # exported name -> the module of this package that defines it
+    "Action": "record", "Fingerprint": "record", "PatchRecord": "record",
+    "Gate": "gates", "GateValueError": "gates", "parse_bool": "gates", "parse_bool_env": "gates",
+    "PatchRefusedError": "errors", "PatchStatus": "outcomes", "Status": "outcomes", "statuses": "status",
+    "apply": "engine", "predict": "engine", "unpatch": "engine", "predict_all": "prediction",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _ENGINE:
-        from verl_ascend_ext.patching import engine
-
-        return getattr(engine, name)
-    if name == "predict_all":
-        from verl_ascend_ext.patching.prediction import predict_all
-
-        return predict_all
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
 
 __all__ = [

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import wrapt
 
-from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
+from verl_ascend_ext.patching.outcomes import PatchStatus, Status
 
 if TYPE_CHECKING:
-    from verl_ascend_ext.patching.record import Patch
+    from verl_ascend_ext.patching.record import Patch, PatchRecord
 
 
 def install(records: Iterable[Patch], report: Callable[[str, list[PatchStatus]], None],

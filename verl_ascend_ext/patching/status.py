@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV
-from verl_ascend_ext.patching.record import PatchStatus, Status
+from verl_ascend_ext.patching.outcomes import PatchStatus, Status
 
 if TYPE_CHECKING:
     from verl_ascend_ext.patching.record import Patch

@@ -19,7 +19,7 @@ import wrapt
 from verl_ascend_ext.patching.errors import PatchRefusedError
 from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids
 from verl_ascend_ext.patching.lazy import install
-from verl_ascend_ext.patching.record import PatchStatus, Status
+from verl_ascend_ext.patching.outcomes import PatchStatus, Status
 from verl_ascend_ext.patching.status import on_change, record_status, statuses, switched_off
 from verl_ascend_ext.runtime import boot_plan, process_end, process_record
 

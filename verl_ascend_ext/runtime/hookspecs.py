@@ -14,10 +14,13 @@ and implement any of the hooks below, marked with :data:`hookimpl`::
     def verl_ascend_ext_patch_records():
         return [PatchRecord(...)]
 
-Feature modules are imported in every process of a training job (verl and vLLM both load the
-plugin), so they must be cheap: declare records, gates and import hooks; keep replacement code in
-another module that the record names by import path. Never import torch, vLLM, vLLM-Ascend,
-torch_npu, Megatron, Ray or transformers at feature-module import time.
+This package's own import hooks (``verl_ascend_ext_import_hooks``) and setting parsers are module-level functions:
+its boot manifest names them by import path.
+
+Feature modules are imported in most processes of a training job (at the first import of a target, or at
+discovery when a third-party feature package is installed), so they must be cheap: declare records, gates and
+import hooks; keep replacement code in another module that the record names by import path. Never import torch,
+vLLM, vLLM-Ascend, torch_npu, Megatron, Ray or transformers at feature-module import time.
 
 Every hook below is called with keyword arguments only and every result list is concatenated in
 registration order. A ``@hookimpl``-marked function whose name is not a hook below, or whose
