@@ -23,23 +23,19 @@ _NORMALISE = re.compile(r"[-_.]+")
 
 
 def scan(group: str) -> Found:
-    """Every entry point of ``group``, with its distribution's name; one distribution name once (the first on
-    ``sys.path`` wins, as ``importlib.metadata.entry_points``)."""
+    """Every entry point of ``group``, with its distribution's name; of distributions sharing a name, the first on
+    ``sys.path`` counts, whether or not it names the group (as ``importlib.metadata.entry_points``, which also
+    tells them by their metadata directory's name)."""
     section = f"[{group}]".encode()
-    seen: set[str] = set()
     found: Found = []
     for dist in _naming(section):
-        name = dist.metadata["Name"]
-        key = _NORMALISE.sub("-", name).lower()
-        if key in seen:
-            continue
-        seen.add(key)
-        found += [(name, ep) for ep in dist.entry_points.select(group=group)]
+        found += [(dist.metadata["Name"], ep) for ep in dist.entry_points.select(group=group)]
     return found
 
 
 def _naming(section: bytes) -> Iterator[importlib.metadata.Distribution]:
-    """Distributions whose ``entry_points.txt`` holds ``section``, in ``sys.path`` order."""
+    """The first distribution of each name on ``sys.path``, where its ``entry_points.txt`` holds ``section``."""
+    seen: set[str] = set()
     for entry in sys.path:
         where = entry or "."
         try:
@@ -47,12 +43,19 @@ def _naming(section: bytes) -> Iterator[importlib.metadata.Distribution]:
                 names = sorted(e.name for e in listing if e.name.endswith(METADATA_SUFFIXES))
         except NotADirectoryError:  # a zip or egg file: importlib.metadata reads those itself
             for dist in importlib.metadata.distributions(path=[entry]):
-                if section.decode() in (dist.read_text("entry_points.txt") or ""):
-                    yield dist
+                key = _key(dist.metadata["Name"])
+                if key not in seen:
+                    seen.add(key)
+                    if section.decode() in (dist.read_text("entry_points.txt") or ""):
+                        yield dist
             continue
         except OSError:  # a missing or unreadable entry holds no distribution for importlib.metadata either
             continue
         for name in names:
+            key = _key(name.rpartition(".")[0].partition("-")[0])
+            if key in seen:
+                continue
+            seen.add(key)
             try:
                 with open(os.path.join(where, name, "entry_points.txt"), "rb") as file:
                     text = file.read()
@@ -60,3 +63,8 @@ def _naming(section: bytes) -> Iterator[importlib.metadata.Distribution]:
                 continue
             if section in text:
                 yield importlib.metadata.PathDistribution(pathlib.Path(where, name))
+
+
+def _key(name: str) -> str:
+    """A distribution name as importlib.metadata compares them (PEP 503 normalised)."""
+    return _NORMALISE.sub("-", name).lower()
