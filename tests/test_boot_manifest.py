@@ -20,7 +20,7 @@ BOOTED = """
 import json, sys, verl
 from verl_ascend_ext.runtime import boot_plan
 from verl_ascend_ext import patch_statuses
-print(json.dumps({"manifest": boot_plan._used_manifest,
+print(json.dumps({"manifest": boot_plan.booted_from_manifest(),
                   "loaded": sorted(m for m in sys.modules if m.startswith(("pluggy", "verl_ascend_ext.features"))),
                   "statuses": {k: v.status.value for k, v in patch_statuses().items()}}))
 """

@@ -3,8 +3,9 @@
 A record says what a patch is for, where it goes, which code it knows how to change, which code
 already carries the fix, and when it can go away. It holds no replacement code itself, only the
 import path of the wrapper, so that declaring a record costs nothing at start-up. Records are
-immutable NamedTuples rather than frozen dataclasses: every process of a training job defines these
-classes at discovery, and a NamedTuple class costs a fifth of a dataclass to create.
+immutable NamedTuples rather than frozen dataclasses: most processes of a training job define these
+classes (with the registry, at the first import of a target), and a NamedTuple class costs a fifth of a
+dataclass to create. The statuses a patch ends in are in ``outcomes`` (the boot needs only those).
 """
 
 from __future__ import annotations

@@ -52,6 +52,11 @@ class BootPlan:
 _used_manifest = False
 
 
+def booted_from_manifest() -> bool:
+    """Whether this process's boot read the manifest (not the registry)."""
+    return _used_manifest
+
+
 def plan() -> BootPlan:
     """The plan from the manifest when this package's own features are the only ones installed, else from the
     registry."""
