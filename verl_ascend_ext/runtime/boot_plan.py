@@ -38,15 +38,14 @@ class Planned:
 
 
 class BootPlan:
-    """Gates, settings, patches and import hooks to boot with, and where they were read (``manifest`` or
-    ``registry``)."""
+    """Gates, settings, patches and import hooks to boot with (``booted_from_manifest`` says where they came
+    from)."""
 
-    __slots__ = ("gates", "import_hooks", "records", "settings", "source")
+    __slots__ = ("gates", "import_hooks", "records", "settings")
 
     def __init__(self, gates: tuple[Gate, ...], settings: tuple[Setting, ...], records: tuple[Planned, ...],
-                 import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...], source: str) -> None:
-        self.gates, self.settings, self.records = gates, settings, records
-        self.import_hooks, self.source = import_hooks, source
+                 import_hooks: tuple[tuple[str, Callable[[ModuleType], None]], ...]) -> None:
+        self.gates, self.settings, self.records, self.import_hooks = gates, settings, records, import_hooks
 
 
 _used_manifest = False
@@ -78,12 +77,12 @@ def from_manifest() -> BootPlan:
     records = tuple(Planned(patch_id, target, gates[gate], observed)
                     for patch_id, target, gate, observed in boot_manifest.RECORDS)
     hooks = tuple((module, _deferred(path)) for module, path in boot_manifest.IMPORT_HOOKS)
-    return BootPlan(tuple(gates.values()), settings, records, hooks, "manifest")
+    return BootPlan(tuple(gates.values()), settings, records, hooks)
 
 
 def from_registry(reg: Registry) -> BootPlan:
     records = tuple(Planned(r.id, r.target, r.gate, r.observed.value) for r in reg.records)
-    return BootPlan(reg.gates, reg.settings, records, reg.import_hooks, "registry")
+    return BootPlan(reg.gates, reg.settings, records, reg.import_hooks)
 
 
 def record(patch_id: str) -> PatchRecord:
