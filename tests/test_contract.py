@@ -29,6 +29,7 @@ from verl_ascend_ext.runtime.registry import registry
 from verl_ascend_ext.testing import ContractReport, Release, cached_releases, check_contract, with_diff
 from verl_ascend_ext.testing.releases import copy_packages
 
+pytestmark = pytest.mark.long_module  # its fixture runs the contract suite on every release (~80 s)
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
 SUMMARIES: list[str] = []  # printed at the end of the run (conftest's pytest_terminal_summary)
 

@@ -56,3 +56,21 @@ def test_the_scan_finds_what_importlib_metadata_finds(tmp_path: Path, monkeypatc
         ("feature_b", "b", "feature_b.declaration")]
     assert found("console_scripts") == expected("console_scripts")
     assert found("nobody.declares.this") == []
+
+
+def test_the_name_is_the_metadata_header_not_the_directory_nor_the_description(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan reads only the metadata's headers for the name; it is the header's spelling wherever it stands
+    among them, never a ``Name:`` line of the long description, and an egg-info's ``PKG-INFO`` counts too."""
+    site = tmp_path / "site"
+    dist_info(site, "Feature.Dotted", "1.0", f"[{GROUP}]\nd = feature_dotted.declaration\n")
+    (site / "Feature.Dotted-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nVersion: 1.0\nSummary: a name after other headers\nName: Feature.Dotted\n\n"
+        "Name: not-this-one\n" + "long description\n" * 2000)
+    egg = site / "feature_egg-2.0.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: feature-egg\nVersion: 2.0\n")
+    (egg / "entry_points.txt").write_text(f"[{GROUP}]\ne = feature_egg.declaration\n")
+    monkeypatch.setattr("sys.path", [str(site)])
+    assert found(GROUP) == expected(GROUP) == [
+        ("Feature.Dotted", "d", "feature_dotted.declaration"), ("feature-egg", "e", "feature_egg.declaration")]

@@ -17,6 +17,7 @@ from glm52_ascend_fixtures import copy_tree, main_layernorm, released_sources
 from repo import REPO
 from subprocesses import last_json, run_command, run_python
 
+pytestmark = pytest.mark.long_module  # its fixture compiles the traced replacements (~30 s)
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_ascend_compiled.py"
 TRACED = {"glm52-ascend-rmsnorm-add-then-norm", "glm52-ascend-indexer-scale-base", "glm52-ascend-indexer-scale-a5",
           "glm52-ascend-indexer-scale-cp", "glm52-ascend-rmsnorm-add-then-norm-main"}

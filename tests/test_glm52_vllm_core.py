@@ -28,6 +28,7 @@ from verl_ascend_ext.patching import engine
 from verl_ascend_ext.patching.record import PatchRecord, Status
 from verl_ascend_ext.patching.source import clear_cache
 
+pytestmark = pytest.mark.long_module  # its fixture starts vLLM's engine core modules (~30 s)
 CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vllm-src"
 FETCH = REPO / "scripts" / "fetch_vllm.sh"
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_vllm_core.py"

@@ -23,7 +23,7 @@ from subprocesses import run_command
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 
-pytestmark = pytest.mark.anyverl
+pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # Ray clusters started with other environments
 
 
 def doctor_ray(address: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from subprocesses import run_command
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
 
-pytestmark = pytest.mark.anyverl
+pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # a Ray cluster
 
 
 @pytest.fixture(scope="module")

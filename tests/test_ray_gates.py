@@ -20,7 +20,7 @@ SCENARIO = str(REPO / "tests" / "scenarios" / "ray_gates.py")
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
 DISABLE = "VERL_ASCEND_EXT_DISABLE"
 
-pytestmark = pytest.mark.anyverl
+pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # Ray clusters of 3 nodes (~60 s)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from raycluster import driver_env, three_nodes
 from repo import REPO
 from subprocesses import run_command
 
+pytestmark = pytest.mark.long_module  # a 3-node Ray cluster and a running job (~25 s)
 SCENARIO = str(REPO / "tests" / "scenarios" / "ray_gates.py")
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"

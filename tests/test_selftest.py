@@ -21,6 +21,7 @@ from subprocesses import run_command, run_python
 
 from verl_ascend_ext.tooling.selftest.cli import LABEL, format_report
 
+pytestmark = pytest.mark.long_module  # its fixture runs the self-test eagerly and compiled (~20 s)
 BIN = Path(sys.executable).parent
 RMSNORM, KV = "glm52-ascend-rmsnorm-add-then-norm", "glm52-ascend-sfa-keep-kv-b-proj"
 INDEXERS = ("glm52-ascend-indexer-scale-base", "glm52-ascend-indexer-scale-a5", "glm52-ascend-indexer-scale-cp")

@@ -15,6 +15,7 @@ import pytest
 from repo import REPO
 from subprocesses import last_json, run_command
 
+pytestmark = pytest.mark.long_module  # verl's weight sync on gloo ranks, with and without the plugin (~50 s)
 SCENARIO = str(REPO / "tests" / "scenarios" / "weight_sync.py")
 IDS = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc",
        "weight-sync-receiver-no-full-gc")

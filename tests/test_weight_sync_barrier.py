@@ -26,6 +26,7 @@ import pytest
 from repo import REPO
 from subprocesses import last_json, run_command
 
+pytestmark = pytest.mark.long_module  # its fixture runs the barrier scenario on gloo ranks (~30 s)
 SCENARIO = str(REPO / "tests" / "scenarios" / "weight_sync_barrier.py")
 TIMEOUT = 5.0
 SLACK = 3.0  # "within the timeout + a few seconds"

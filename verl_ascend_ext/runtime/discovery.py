@@ -28,13 +28,14 @@ def scan(group: str) -> Found:
     tells them by their metadata directory's name)."""
     section = f"[{group}]".encode()
     found: Found = []
-    for dist in _naming(section):
-        found += [(dist.metadata["Name"], ep) for ep in dist.entry_points.select(group=group)]
+    for name, dist in _naming(section):
+        found += [(name, ep) for ep in dist.entry_points.select(group=group)]
     return found
 
 
-def _naming(section: bytes) -> Iterator[importlib.metadata.Distribution]:
-    """The first distribution of each name on ``sys.path``, where its ``entry_points.txt`` holds ``section``."""
+def _naming(section: bytes) -> Iterator[tuple[str, importlib.metadata.Distribution]]:
+    """The first distribution of each name on ``sys.path``, where its ``entry_points.txt`` holds ``section``, with
+    its name."""
     seen: set[str] = set()
     for entry in sys.path:
         where = entry or "."
@@ -47,7 +48,7 @@ def _naming(section: bytes) -> Iterator[importlib.metadata.Distribution]:
                 if key not in seen:
                     seen.add(key)
                     if section.decode() in (dist.read_text("entry_points.txt") or ""):
-                        yield dist
+                        yield dist.metadata["Name"], dist
             continue
         except OSError:  # a missing or unreadable entry holds no distribution for importlib.metadata either
             continue
@@ -62,7 +63,25 @@ def _naming(section: bytes) -> Iterator[importlib.metadata.Distribution]:
             except OSError:  # no entry points, or an egg-info file (metadata only)
                 continue
             if section in text:
-                yield importlib.metadata.PathDistribution(pathlib.Path(where, name))
+                dist = importlib.metadata.PathDistribution(pathlib.Path(where, name))
+                yield _name(os.path.join(where, name)) or dist.metadata["Name"], dist
+
+
+def _name(directory: str) -> str | None:
+    """The ``Name`` header of a metadata directory's ``METADATA`` (``PKG-INFO`` in an egg-info), read from the
+    headers only: parsing the whole file, long description included, costs the boot ~3 ms for this package."""
+    file = "PKG-INFO" if directory.endswith(".egg-info") else "METADATA"
+    try:
+        with open(os.path.join(directory, file), "rb") as metadata:
+            for line in metadata:
+                if not line.strip():  # the end of the headers
+                    break
+                key, colon, value = line.partition(b":")
+                if colon and key.strip().lower() == b"name":
+                    return value.strip().decode()
+    except (OSError, UnicodeDecodeError):
+        return None  # importlib.metadata reads it (and says what is wrong)
+    return None
 
 
 def _key(name: str) -> str:
