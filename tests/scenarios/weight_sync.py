@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import types
 from pathlib import Path
@@ -49,8 +48,33 @@ def install_npu_double() -> None:
     sys.modules["torch.npu"] = npu
 
 
-def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+def rendezvous(rank: int, world: int, outdir: str) -> None:
+    """The gloo process group, its TCP store in rank 0's process on a port the OS gave rank 0 there (a port picked
+    first and bound later can be taken meanwhile by another test's connection: EADDRINUSE). Rank 0 writes the
+    port to ``outdir/store.port`` (removed by ``main`` before the ranks start); the others wait for it."""
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port_file, timeout = Path(outdir, "store.port"), timedelta(minutes=30)  # torch's default for gloo groups
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
+        Path(outdir, "store.port.tmp").write_text(str(store.port))
+        Path(outdir, "store.port.tmp").replace(port_file)
+    else:
+        deadline = time.monotonic() + 300  # rank 0's imports and set-up
+        while not port_file.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank}: rank 0 wrote no store port to {port_file} within 300 s")
+            time.sleep(0.05)
+        store = dist.TCPStore("127.0.0.1", int(port_file.read_text()), world, is_master=False, timeout=timeout)
+    os.environ["MASTER_PORT"] = str(store.port)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+
+
+def rank_main(rank: int, world: int, outdir: str, delay: float) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), WORLD_SIZE=str(world))
     import asyncio
     import gc
     import inspect
@@ -73,7 +97,7 @@ def rank_main(rank: int, world: int, port: int, outdir: str, delay: float) -> No
     from verl.plugin.platform import get_platform
 
     assert isinstance(get_platform(), PlatformNPU), type(get_platform())  # verl's, or the device feature's subclass
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rendezvous(rank, world, outdir)
     import verl.workers.rollout as rollout_pkg
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
@@ -153,10 +177,8 @@ def main() -> None:
     import torch.multiprocessing as mp
 
     outdir, delay = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(rank_main, args=(2, port, outdir, delay), nprocs=2, join=True)
+    Path(outdir, "store.port").unlink(missing_ok=True)
+    mp.spawn(rank_main, args=(2, outdir, delay), nprocs=2, join=True)
     print(json.dumps({"delay": delay, "ranks": [json.loads(Path(outdir, f"rank{r}.json").read_text())
                                                 for r in range(2)]}))
 

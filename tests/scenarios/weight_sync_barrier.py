@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -57,19 +56,19 @@ def barrier_threads() -> list[str]:
     return stuck
 
 
-def rank_main(rank: int, world: int, port: int, outdir: str, plan: str) -> None:
+def rank_main(rank: int, world: int, outdir: str, plan: str) -> None:
     import faulthandler
 
     stacks = open(Path(outdir, f"rank{rank}.stack"), "w")  # noqa: SIM115 (kept open for faulthandler)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), WORLD_SIZE=str(world))
     import asyncio
     from types import SimpleNamespace
 
     import torch
     import torch.distributed as dist
     import verl  # noqa: F401  (plugin discovery)
-    from weight_sync import install_npu_double
+    from weight_sync import install_npu_double, rendezvous
 
     install_npu_double()
     from omegaconf import OmegaConf
@@ -78,7 +77,7 @@ def rank_main(rank: int, world: int, port: int, outdir: str, plan: str) -> None:
 
     PlatformNPU.is_ipc_supported = lambda self: False
     assert isinstance(get_platform(), PlatformNPU), type(get_platform())
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rendezvous(rank, world, outdir)
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     import verl_ascend_ext
@@ -163,11 +162,9 @@ def main() -> None:
     args = parser.parse_args()
     rounds = parse_plan(args.plan)
     timeout = float(os.environ.get("VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT") or 600)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    Path(args.outdir, "store.port").unlink(missing_ok=True)
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(r, args.world, port, args.outdir, args.plan))
+    procs = [ctx.Process(target=rank_main, args=(r, args.world, args.outdir, args.plan))
              for r in range(args.world)]
     started = time.time()
     for proc in procs:
