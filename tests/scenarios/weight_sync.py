@@ -60,8 +60,9 @@ def rendezvous(rank: int, world: int, outdir: str) -> None:
     port_file, timeout = Path(outdir, "store.port"), timedelta(minutes=30)  # torch's default for gloo groups
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
-        Path(outdir, "store.port.tmp").write_text(str(store.port))
-        Path(outdir, "store.port.tmp").replace(port_file)
+        written = port_file.with_suffix(".tmp")  # then renamed: the others never read a half-written number
+        written.write_text(str(store.port))
+        written.replace(port_file)
     else:
         deadline = time.monotonic() + 300  # rank 0's imports and set-up
         while not port_file.exists():

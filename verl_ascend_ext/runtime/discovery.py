@@ -2,9 +2,9 @@
 
 Finding them means reading the ``entry_points.txt`` of every installed distribution (~160 in a training image),
 in every process of a job. Each metadata directory on ``sys.path`` is listed once, its ``entry_points.txt`` read
-as bytes and parsed (by ``importlib.metadata``, with the distribution's name) only when it names the group (one or
-two distributions do). A ``sys.path`` entry that is not a directory (a zip) goes through ``importlib.metadata``
-whole. Only the standard library is imported.
+as bytes and parsed (by ``importlib.metadata``, with the distribution's name from its metadata's headers) only when
+it names the group (one or two distributions do). A ``sys.path`` entry that is not a directory (a zip) goes
+through ``importlib.metadata`` whole. Only the standard library is imported.
 """
 
 from __future__ import annotations
