@@ -1,0 +1,84 @@
+"""benchmarks/ci_side_by_side.py: it reads the phase table scripts/test.sh prints and each pytest summary, compares
+runs by phase, and makes a new machine's HOME with the package index's configuration and no cache."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from repo import REPO
+
+SPEC = importlib.util.spec_from_file_location("ci_side_by_side", REPO / "benchmarks" / "ci_side_by_side.py")
+bench = sys.modules[SPEC.name] = importlib.util.module_from_spec(SPEC)  # its dataclass looks itself up
+SPEC.loader.exec_module(bench)
+
+
+def log(verl090: int, engine: int, job: int, tests_failed: bool = False, closing: bool = True) -> str:
+    """A run's log as scripts/test.sh and pytest -q write it, and this script's closing line."""
+    summary = "1 failed, 741 passed, 1 warning" if tests_failed else "742 passed, 1 warning"
+    outcome = "FAILED (exit 1)" if tests_failed else "ok"
+    lines = [
+        "........ [100%]",
+        f"{summary} in {verl090}.12s (0:05:49)",
+        "==== 43 passed in 1132.50s (0:18:52) ====",
+        "",
+        "Phases (wall time; a training job runs inside the engine tier's pytest phase, a background part beside the",
+        "parts after it)",
+        "  set-up: project venv (.venv)                              85 s  ok",
+        f"  pytest: verl 0.9.0                                      {verl090:>4} s  {outcome}",
+        f"    training job on (verl 0.9.0)                          {job:>4} s  exit 1",
+        f"  pytest: engine tier (tests/engine)                     {engine:>4} s  ok",
+        "  total (wall)                                            1782 s  (29 min 42 s)",
+        "\tCommand being timed: \"bash .ci/run\"",
+    ]
+    if closing:
+        lines.append("ci_side_by_side: rev=9e9111a exit=0 wall_s=1782 busy_cores=1.46 peak_used_gib=12.3")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_parser_reads_the_heading_scripts_test_sh_prints() -> None:
+    script = (REPO / "scripts" / "test.sh").read_text()
+    assert 'echo "Phases (' in script and 'echo "parts after it)"' in script, "test.sh's phase heading changed"
+
+
+def test_phases_inner_rows_pytest_summaries_and_figures_are_read() -> None:
+    run = bench.parse_log(log(349, 1132, 179), "new")
+    assert run.phases["pytest: verl 0.9.0"] == (349.0, "ok")
+    assert run.phases["training job on (verl 0.9.0)"] == (179.0, "exit 1")
+    assert run.phases["total (wall)"] == (1782.0, "(29 min 42 s)")
+    assert run.phases["pytest run 1"] == (349.12, "742 passed, 1 warning")
+    assert run.phases["pytest run 2"] == (1132.5, "43 passed")
+    assert "Command being timed" not in "".join(run.phases)
+    assert run.figures == {"rev": "9e9111a", "exit": "0", "wall_s": "1782", "busy_cores": "1.46",
+                           "peak_used_gib": "12.3"}
+
+
+def test_runs_compare_by_phase_with_ratios_to_the_first_and_failures_marked() -> None:
+    base = bench.parse_log(log(400, 1200, 180, closing=False), "base")
+    new = bench.parse_log(log(300, 1200, 90, tests_failed=True), "new")
+    table = bench.comparison([base, new]).splitlines()
+    row = {line.split("  ")[0]: line for line in table}
+    assert row["pytest: verl 0.9.0"].split()[-1] == "0.75" and " !" in row["pytest: verl 0.9.0"]
+    assert row["training job on (verl 0.9.0)"].split()[-1] == "0.50"
+    assert row["pytest: engine tier (tests/engine)"].split()[-1] == "1.00"
+    assert row["wall_s"].split()[-2:] == ["-", "1782"]  # the base's log has no closing line
+    assert "  new pytest run 1: 1 failed, 741 passed, 1 warning" in table
+
+
+def test_a_new_machine_home_holds_the_index_configuration_and_no_cache(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    old = tmp_path / "old-home"
+    (old / ".config" / "pip").mkdir(parents=True)
+    (old / ".config" / "pip" / "pip.conf").write_text("[global]\nindex-url = file:///index\n")
+    (old / ".gitconfig").write_text("[user]\nname = ci\n")
+    (old / ".cache" / "pip" / "wheels").mkdir(parents=True)
+    (old / ".cache" / "verl-ascend-ext").mkdir(parents=True)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: old))
+    new = tmp_path / "new-home"
+    bench.new_machine_home(new)
+    assert (new / ".config" / "pip" / "pip.conf").read_text() == "[global]\nindex-url = file:///index\n"
+    assert (new / ".gitconfig").exists()
+    assert sorted(p.relative_to(new).as_posix() for p in new.rglob("*")) == [
+        ".config", ".config/pip", ".config/pip/pip.conf", ".gitconfig"]
