@@ -3,6 +3,7 @@
 # version-specific tests with verl 0.9.1 swapped in; verl 0.9.0 is restored at the end.
 # The two engine venvs (scripts/setup_vllm_engine.sh) are built in the background from the start, beside the
 # project's own set-up: each pip install keeps about one core busy, and nothing of the project's set-up needs them.
+# The engine tier's engine tests run beside its training jobs (engine_tier below).
 # It ends with one table of its phases (each set-up part, each pytest phase, each real training job) and their
 # wall times, printed however the run ends.
 set -euo pipefail
@@ -18,7 +19,7 @@ print_phases() {
   echo "parts after it)"
   awk -F'\t' -v wall="$SECONDS" '{ printf "  %-52s %7.0f s  %s\n", $1, $2, $3 }
               END { printf "  %-52s %7.0f s  (%d min %d s)\n", "total (wall)", wall, wall / 60, wall % 60 }' "$PHASES"
-  rm -f "$PHASES" "$PHASES".engine-*
+  rm -f "$PHASES" "$PHASES".engine-* "$PHASES".engines
   exit "$rc"
 }
 trap print_phases EXIT
@@ -77,6 +78,24 @@ run_phase() {
   if [ "$rc" -eq 5 ] && [ "$#" -gt 1 ]; then rc=0; fi
   return "$rc"
 }
+# The engine tier in two pytest processes side by side: the tests that start one vLLM engine at a time (ENGINES)
+# beside the training jobs (the rest of tests/engine, one job at a time). A job alone keeps ~1.25 of the 2 cores
+# busy, waiting on Ray and vLLM starts; a job beside another job needs ~20 GiB, a job beside one engine ~16 (of 23).
+# The engines' output is printed when both are done.
+ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py)
+# shellcheck disable=SC2329  # run through phase
+engine_tier() {
+  local rc=0 engines
+  phase "  pytest: ${ENGINES[*]#tests/engine/} (beside the jobs)" \
+    "$ENGINE_PY" -m pytest -q --durations=15 -p no:cacheprovider "${ENGINES[@]}" > "$PHASES.engines" 2>&1 &
+  engines=$!
+  phase "  pytest: the training jobs (the rest of tests/engine)" \
+    "$ENGINE_PY" -m pytest -q --durations=15 tests/engine "${ENGINES[@]/#/--ignore=}" || rc=$?
+  wait "$engines" || rc=$?
+  echo "---- ${ENGINES[*]} (ran beside the training jobs) ----"
+  cat "$PHASES.engines"
+  return "$rc"
+}
 status=0
 use_verl 0.9.0
 phase "pytest: verl 0.9.0" run_phase "not verl091" "$@" || status=$?
@@ -84,7 +103,6 @@ use_verl 0.9.1
 phase "pytest: verl 0.9.1" run_phase "verl091 or anyverl" "$@" || status=$?
 use_verl 0.9.0
 if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv; skipped when the caller narrows the run
-  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "pytest: engine tier (tests/engine)" \
-    "$ENGINE_PY" -m pytest -q --durations=15 tests/engine || status=$?
+  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "pytest: engine tier (tests/engine)" engine_tier || status=$?
 fi
 exit $status
