@@ -93,8 +93,8 @@ def comparison(runs: list[Run]) -> str:
     return "\n".join([*lines, "(! failed)", "pytest summaries:", *summaries])
 
 
-def _failed(outcome: str) -> bool:
-    return "FAILED" in outcome or "failed" in outcome or "error" in outcome
+def _failed(outcome: str) -> bool:  # test.sh's "FAILED (exit N)", pytest's "N failed" / "N error(s)"
+    return "failed" in outcome.lower() or "error" in outcome
 
 
 def _busy_jiffies() -> tuple[int, int]:
