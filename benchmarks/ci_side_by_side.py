@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import phases  # noqa: E402  (scripts/phases.py: the phase table's format, defined once)
+
 CONFIG_KEPT = (".config/pip", ".pip", ".gitconfig")  # reaching the package index, cloning: nothing cached
-PHASE_ROW = re.compile(r"^ {2,}(?P<name>\S.*?)\s+(?P<seconds>\d+) s  (?P<outcome>.*)$")
 PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<summary>(?:\d+ \w+(?:, )?)+) in (?P<seconds>[\d.]+)s\b")
 RUN_LINE = re.compile(r"^ci_side_by_side: (?P<fields>.*)$")
 
@@ -52,15 +54,15 @@ def parse_log(text: str, label: str) -> Run:
     in_table = False
     pytest_runs = 0
     for line in text.splitlines():
-        if line.startswith("Phases ("):
+        if line == phases.HEADING[0]:
             in_table = True
             continue
         if in_table:
-            row = PHASE_ROW.match(line)
+            row = phases.parse_row(line)
             if row:
-                run.phases[row["name"]] = (float(row["seconds"]), row["outcome"].strip())
+                run.phases[row[0]] = (row[1], row[2])
                 continue
-            in_table = line.startswith("parts after it)")  # the heading's second line
+            in_table = line == phases.HEADING[1]
         summary = PYTEST_SUMMARY.match(line.strip())
         if summary:
             pytest_runs += 1

@@ -19,7 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+from verl_ascend_ext.patching.cachedir import cache_dir
+
+CACHE = cache_dir()
 MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes it
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 

@@ -27,7 +27,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+from verl_ascend_ext.patching.cachedir import cache_dir
+
+CACHE = cache_dir()
 ASCEND_SRC = CACHE / "vllm-ascend-src" / "0.23.0"
 
 CHILD = """

@@ -7,8 +7,8 @@
    the time the boot spends setting up the observation of the process's end (``process_end.install``:
    goal, nothing measurable next to the boot).
 2. ``verl-ascend status``: 1,000 synthetic records (alive and dead, several hosts, roles and patch
-   statuses) are written to a temporary directory with the real writer, then ``status_report.collect`` and
-   ``aggregate`` run over them, as the command does (goal: <= 1 s).
+   statuses) are written to a temporary directory with the real writer, then ``records.reader.collect`` and
+   ``records.report.aggregate`` run over them, as the command does (goal: <= 1 s).
 
     python benchmarks/status_record.py [--runs 15] [--records 1000]
 """
@@ -28,18 +28,19 @@ BOOT = """
 import os, sys, time
 os.environ["VERL_USE_EXTERNAL_PLUGINS"] = "none"
 import verl
-from verl_ascend_ext.runtime import boot, process_end, process_record
-real_start, spent = process_record.start, []
+from verl_ascend_ext.runtime import boot
+from verl_ascend_ext.runtime.records import process_end, recorder
+real_start, spent = recorder.start, []
 def timed_start(*args, **kwargs):
     t = time.perf_counter()
     if sys.argv[1] == "on":
         real_start(*args, **kwargs)
     spent.append(time.perf_counter() - t)
-process_record.start = timed_start
+recorder.start = timed_start
 real_install, installing = process_end.install, []
-def timed_install():
+def timed_install(on=True):
     t = time.perf_counter()
-    real_install()
+    real_install(on)
     installing.append(time.perf_counter() - t)
 process_end.install = timed_install
 t0 = time.perf_counter()
@@ -58,27 +59,26 @@ def boot_once(record: bool, status_dir: str) -> tuple[float, float, float]:
 
 
 def synthetic(n: int, base: str) -> None:
-    from verl_ascend_ext.runtime import process_record as rr
+    from verl_ascend_ext.runtime.records import schema, store
 
-    roles = [rr.RAY_WORKER, rr.VLLM_WORKER, rr.ENGINE_CORE, rr.VLLM_FRONTEND]
+    roles = [schema.RAY_WORKER, schema.VLLM_WORKER, schema.ENGINE_CORE, schema.VLLM_FRONTEND]
     statuses = ["applied", "pending", "gate-off", "fixed-upstream"]
-    base_fd = rr.open_base(base)
-    ns_fd = rr._open_dir("session_bench", dir_fd=base_fd)
+    base_fd = store.open_base(base)
+    ns_fd = store.open_dir("session_bench", dir_fd=base_fd)
     now = time.time()
     for i in range(n):
-        rec = {
-            "schema": rr.SCHEMA, "host": f"node{i % 32:02d}", "pid": 100000 + i, "proc_start": 1000 + i,
-            "started": now - 100, "updated": now, "role": roles[i % 4] if i else rr.DRIVER, "actor_class": None,
-            "title": "", "loaded_by": ["verl"], "namespace": "session_bench",
-            "versions": {"verl-ascend-ext": "0.1.0", "verl": "0.9.0", "vllm": "0.23.0"},
-            "gates": {"VERL_VLLM_ASCEND_GLM52_PATCH": True, "VERL_ASCEND_EXT_DISTILLATION_FIXES": True},
-            "disable": "", "plugin_env": {"VERL_USE_EXTERNAL_PLUGINS": None, "VLLM_PLUGINS": None},
-            "patches": {f"patch-{j:02d}": {"status": statuses[(i + j) % 4], "detail": "x" * 80, "where": "",
-                                            "target": f"vllm.mod{j}:f", "imported": False} for j in range(19)},
-            "ranks": {"rank": i % 8, "world_size": 8}, "errors": [],
-            "ended": None if i % 3 == 0 else {"how": "signal", "signal": "SIGTERM", "code": 1, "at": now},
-        }
-        rr.write_atomic(ns_fd, f"node{i % 32:02d}-{100000 + i}-{1000 + i}.json", json.dumps(rec).encode())
+        rec = schema.new_record(
+            host=f"node{i % 32:02d}", pid=100000 + i, proc_start=1000 + i, started=now - 100, updated=now,
+            role=roles[i % 4] if i else schema.DRIVER, loaded_by=["verl"], namespace="session_bench",
+            versions={"verl-ascend-ext": "0.1.0", "verl": "0.9.0", "vllm": "0.23.0"},
+            gates={"VERL_VLLM_ASCEND_GLM52_PATCH": True, "VERL_ASCEND_EXT_DISTILLATION_FIXES": True},
+            plugin_env={"VERL_USE_EXTERNAL_PLUGINS": None, "VLLM_PLUGINS": None},
+            patches={f"patch-{j:02d}": schema.new_patch(status=statuses[(i + j) % 4], detail="x" * 80,
+                                                        target=f"vllm.mod{j}:f") for j in range(19)},
+            ranks={"rank": i % 8, "world_size": 8},
+            ended=None if i % 3 == 0 else {"how": schema.SIGNAL, "signal": "SIGTERM", "code": 1, "at": now})
+        store.write_atomic(ns_fd, store.record_name(rec["host"], rec["pid"], rec["proc_start"]),
+                           json.dumps(rec).encode())
     os.close(ns_fd)
     os.close(base_fd)
 
@@ -101,10 +101,11 @@ def main() -> None:
         e = statistics.median(e for _, _, e in on)
         print(f"boot.activate in-process, median of {args.runs} alternating fresh processes: with record "
               f"{a * 1000:.2f} ms, without {b * 1000:.2f} ms (ratio {a / b:.3f}); the recorder's own time inside "
-              f"the boot (process_record.start): median {r * 1000:.3f} ms (goal <= 1 ms); setting up the "
+              f"the boot (recorder.start): median {r * 1000:.3f} ms (goal <= 1 ms); setting up the "
               f"observation of the process's end (process_end.install): median {e * 1000:.3f} ms")
 
-        from verl_ascend_ext.runtime.status_report import aggregate, collect
+        from verl_ascend_ext.runtime.records.reader import collect
+        from verl_ascend_ext.runtime.records.report import aggregate
 
         base = os.path.join(tmp, "many")
         synthetic(args.records, base)

@@ -7,6 +7,7 @@
 # It ends with one table of its phases (each set-up part, each pytest phase, each real training job) and their
 # wall times, printed however the run ends.
 set -euo pipefail
+SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
 PHASES="$(mktemp)"
 export CI_PHASE_LOG="$PHASES"  # tests/engine/grpo/job.py adds each training job's wall time
 BACKGROUND=()
@@ -15,10 +16,7 @@ print_phases() {
   local rc=$?
   [ "${#BACKGROUND[@]}" -eq 0 ] || wait "${BACKGROUND[@]}" 2>/dev/null || true  # their rc was read, or the run failed
   echo
-  echo "Phases (wall time; a training job runs inside the engine tier's pytest phase, a background part beside the"
-  echo "parts after it)"
-  awk -F'\t' -v wall="$SECONDS" '{ printf "  %-52s %7.0f s  %s\n", $1, $2, $3 }
-              END { printf "  %-52s %7.0f s  (%d min %d s)\n", "total (wall)", wall, wall / 60, wall % 60 }' "$PHASES"
+  python3 "$SCRIPTS/phases.py" print "$PHASES" "$SECONDS"  # the table's format: scripts/phases.py
   rm -f "$PHASES" "$PHASES".engine-* "$PHASES".engines
   exit "$rc"
 }
@@ -27,8 +25,8 @@ phase() {  # phase NAME COMMAND...: run COMMAND, add its wall time and outcome t
   local name="$1" rc=0 start=$SECONDS
   shift
   "$@" || rc=$?
-  printf '%s\t%s\t%s\t\n' "$name" "$((SECONDS - start))" "$([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)")" \
-    >> "$PHASES"
+  python3 "$SCRIPTS/phases.py" add "$PHASES" "$name" "$((SECONDS - start))" \
+    "$([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)")"
   return "$rc"
 }
 # shellcheck disable=SC2329  # run through phase

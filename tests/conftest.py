@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
-from pathlib import Path
 
 import pytest
-from repo import verl_version
+from repo import CACHE, verl_version
 
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
 # What scripts/setup_tests.sh installs: vLLM 0.23.0 and the modules its engine core imports, the release fixtures.
 TEST_TIER = {"module vllm": lambda: importlib.util.find_spec("vllm") is not None,
              "module zmq": lambda: importlib.util.find_spec("zmq") is not None,

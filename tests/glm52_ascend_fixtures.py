@@ -8,16 +8,15 @@ under test is the one doctor runs.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from repo import REPO
+from repo import CACHE, REPO
 from subprocesses import last_json, run_python
 
 VERSION = "0.23.0"
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+
 SOURCES = CACHE / "vllm-ascend-src" / VERSION
 PATCHES = REPO / "patches" / "vllm-ascend"
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"

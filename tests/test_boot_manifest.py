@@ -64,7 +64,7 @@ STALE = """
 import json
 from verl_ascend_ext.runtime import boot_manifest
 # as if a declaration had been edited after the manifest was generated: a record observed differently
-boot_manifest.RECORDS = tuple((i, t, g, "acts" if i == "weight-sync-light-empty-cache" else o)
+boot_manifest.RECORDS = tuple((i, t, g, "eager" if i == "weight-sync-light-empty-cache" else o)
                               for i, t, g, o in boot_manifest.RECORDS)
 import verl
 from verl_ascend_ext import patch_statuses

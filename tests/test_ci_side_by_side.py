@@ -4,6 +4,7 @@ runs by phase, and makes a new machine's HOME with the package index's configura
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -38,9 +39,22 @@ def log(verl090: int, engine: int, job: int, tests_failed: bool = False, closing
     return "\n".join(lines) + "\n"
 
 
-def test_the_parser_reads_the_heading_scripts_test_sh_prints() -> None:
+def test_the_parser_reads_back_the_table_scripts_test_sh_prints(tmp_path) -> None:
+    """test.sh logs and prints its phases through scripts/phases.py (run as test.sh runs it); the benchmark reads the
+    printed table back through the same module."""
     script = (REPO / "scripts" / "test.sh").read_text()
-    assert 'echo "Phases (' in script and 'echo "parts after it)"' in script, "test.sh's phase heading changed"
+    assert '"$SCRIPTS/phases.py" add' in script and '"$SCRIPTS/phases.py" print' in script
+    phases_log = tmp_path / "phases"
+    tool = [sys.executable, str(REPO / "scripts" / "phases.py")]
+    for name, seconds, outcome in (("set-up: project venv (.venv)", "85", "ok"),
+                                   ("pytest: verl 0.9.0", "349", "FAILED (exit 1)"),
+                                   ("  training job on (verl 0.9.0)", "179", "exit 1")):
+        subprocess.run([*tool, "add", str(phases_log), name, seconds, outcome], check=True)
+    printed = subprocess.run([*tool, "print", str(phases_log), "1782"], check=True, capture_output=True,
+                             text=True).stdout
+    assert bench.parse_log(printed, "x").phases == {
+        "set-up: project venv (.venv)": (85.0, "ok"), "pytest: verl 0.9.0": (349.0, "FAILED (exit 1)"),
+        "training job on (verl 0.9.0)": (179.0, "exit 1"), "total (wall)": (1782.0, "(29 min 42 s)")}
 
 
 def test_phases_inner_rows_pytest_summaries_and_figures_are_read() -> None:

@@ -17,20 +17,19 @@ A missing fixture fails.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 from glm52_ascend_fixtures import MAIN_LAYERNORM_BLOB, main_layernorm
-from repo import REPO
+from repo import CACHE, REPO
 
 from verl_ascend_ext.runtime.registry import registry
 from verl_ascend_ext.testing import ContractReport, Release, cached_releases, check_contract, with_diff
 from verl_ascend_ext.testing.releases import copy_packages
 
 pytestmark = pytest.mark.long_module  # its fixture runs the contract suite on every release (~80 s)
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
+
 SUMMARIES: list[str] = []  # printed at the end of the run (conftest's pytest_terminal_summary)
 
 

@@ -7,10 +7,10 @@ with a reason.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from repo import CACHE
 
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 from verl_ascend_ext.testing import Release, from_artifact
@@ -18,7 +18,6 @@ from verl_ascend_ext.testing.contract import judge, predicted, unexplained
 from verl_ascend_ext.testing.mutations import mutant, patterns, write_mutant
 from verl_ascend_ext.testing.releases import link_copy
 
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
 GATE = Gate("KIT_TEST_GATE", default=False, doc="-")
 ASSERT = r"^\s+assert dict2\[key\] == dict1\[key\]"
 COMPARE = r"\bdict2\[key\] == dict1\[key\]"  # within ASSERT's match: no edit breaks one alone

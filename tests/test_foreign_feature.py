@@ -82,12 +82,10 @@ def test_gate_off_keeps_verls_assert():
 
 
 def test_contract(tmp_path):
-    import os
-    from pathlib import Path
+    from verl_ascend_ext.patching.cachedir import cache_dir
     from verl_ascend_ext.testing import check_contract, from_artifact
     from myfix.declaration import RECORD
-    cache = os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")
-    wheels = sorted(Path(cache, "vet-artifacts").glob("verl-*.whl"))
+    wheels = sorted((cache_dir() / "vet-artifacts").glob("verl-*.whl"))
     releases = [from_artifact(w, tmp_path / w.name, importable=True) for w in wheels]
     report = check_contract([RECORD], releases, tmp_path / "work")
     print(report.summary())

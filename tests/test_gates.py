@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids, parse_bool, parse_bool_env
+from verl_ascend_ext.runtime.boot import RUNTIME_GATES
 from verl_ascend_ext.runtime.registry import registry
 
 TRUE = ["1", "true", "TRUE", "True", "yes", "YES", "on", "On", " 1 ", "\ttrue\n"]
@@ -87,7 +88,7 @@ def _every_variable_empty() -> dict[str, str]:
     from verl_ascend_ext.features.checkpoint.mode import MODE_ENV
 
     reg = registry()
-    return {**{v.env: "" for v in (*reg.gates, *reg.settings)}, DISABLE_ENV: "", MODE_ENV: " "}
+    return {**{v.env: "" for v in (*reg.gates, *RUNTIME_GATES, *reg.settings)}, DISABLE_ENV: "", MODE_ENV: " "}
 
 
 def test_doctor_says_the_default_was_used_for_every_empty_variable() -> None:
@@ -97,7 +98,7 @@ def test_doctor_says_the_default_was_used_for_every_empty_variable() -> None:
     report, code = doctor.build_report(env)
     assert code == 0 and report["errors"] == [], report["errors"]
     rows = [*report["gates"], *report["settings"]]
-    assert {row["env"] for row in rows} == {v.env for v in (*registry().gates, *registry().settings)}
+    assert {row["env"] for row in rows} == {v.env for v in (*registry().gates, *RUNTIME_GATES, *registry().settings)}
     for row in rows:
         assert row["default_used"] == "empty" and row["value"] == row["default"] and row["error"] is None, row
     assert {p["status"] for p in report["patches"]}.isdisjoint({"disabled", "unknown"})
@@ -115,7 +116,7 @@ def test_a_booted_process_reads_every_empty_variable_as_its_default() -> None:
 
     out = last_json(run_python("""
         import json, verl_ascend_ext
-        from verl_ascend_ext.runtime import process_record
+        from verl_ascend_ext.runtime.records import recorder
         from verl_ascend_ext.runtime.registry import registry
         from verl_ascend_ext.features.checkpoint.mode import export_check_mode
         verl_ascend_ext.activate()

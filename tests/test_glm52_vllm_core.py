@@ -11,7 +11,6 @@ test double, is said in tests/scenarios/glm52_vllm_core.py.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import repo
 from repo import REPO
 from subprocesses import last_json, run_command
 
@@ -29,7 +29,7 @@ from verl_ascend_ext.patching.record import PatchRecord, Status
 from verl_ascend_ext.patching.source import clear_cache
 
 pytestmark = pytest.mark.long_module  # its fixture starts vLLM's engine core modules (~30 s)
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vllm-src"
+CACHE = repo.CACHE / "vllm-src"
 FETCH = REPO / "scripts" / "fetch_vllm.sh"
 SCENARIO = REPO / "tests" / "scenarios" / "glm52_vllm_core.py"
 CORE = "vllm/v1/engine/core.py"

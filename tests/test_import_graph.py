@@ -1,5 +1,6 @@
 """The package's import graph, read with ``ast`` (every import statement, also inside functions): no cycles,
-and nothing under ``patching/`` imports anything of the package outside ``patching/``."""
+nothing under ``patching/`` imports anything of the package outside ``patching/``, the layers point down, and no
+private name leaves its package."""
 
 from __future__ import annotations
 
@@ -126,3 +127,26 @@ def test_a_feature_imports_no_other_feature() -> None:
     crossing = {name: sorted(t for t in targets if feature(t) and feature(t) != feature(name))
                 for name, targets in graph().items() if feature(name)}
     assert {name: targets for name, targets in crossing.items() if targets} == {}
+
+
+def private_imports() -> list[str]:
+    """``from verl_ascend_ext.<package>.<module> import _name`` outside that package (the package's own business):
+    in the package, the tests, the benchmarks and the scripts."""
+    repo = PACKAGE.parent
+    found = []
+    for path in sorted(p for folder in (PACKAGE, repo / "tests", repo / "benchmarks", repo / "scripts")
+                       for p in folder.rglob("*.py")):
+        importer = ".".join(path.relative_to(repo).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith(ROOT + "."):
+                continue
+            owner = node.module.rpartition(".")[0]  # the package the module belongs to
+            if importer.startswith(owner + "."):
+                continue
+            found += [f"{path.relative_to(repo)}:{node.lineno} imports {node.module}.{alias.name}"
+                      for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_from_outside_its_package() -> None:
+    assert private_imports() == []

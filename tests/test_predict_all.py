@@ -20,7 +20,7 @@ from verl_ascend_ext.runtime.registry import registry
 from verl_ascend_ext.tooling import doctor, vet
 from verl_ascend_ext.tooling.cluster.doctor_ray import problems
 from verl_ascend_ext.tooling.recipes import get_recipe
-from verl_ascend_ext.tooling.recipes.check import _expected_patch_findings
+from verl_ascend_ext.tooling.recipes.check import expected_patch_findings
 from verl_ascend_ext.tooling.recipes.manifest import load_manifest
 
 CHECKPOINT_GATE = "VERL_ASCEND_EXT_CHECKPOINT_FIXES"
@@ -58,7 +58,7 @@ def test_doctor_and_recipe_check_report_what_predict_all_predicts(calls: list, e
     assert {p["declared_by"] for p in report["patches"]} == {"verl-ascend-ext"}
     assert calls[0].statuses == prediction.predict_all(registry().records, environ).statuses  # nothing cached
 
-    findings = _expected_patch_findings(recipe_manifest(), environ)
+    findings = expected_patch_findings(recipe_manifest(), environ)
     assert len(calls) == 3  # doctor's, the comparison above, then the recipe check's own call
     expected = calls[2].of(EXPORT_CHECK)
     (finding,) = [f for f in findings if f.subject == EXPORT_CHECK]
@@ -103,7 +103,7 @@ def test_invalid_gate_value_is_undecided_in_doctor_recipe_check_and_doctor_ray()
     assert f"{CHECKPOINT_GATE} has an invalid value" in doctor.format_report(report)
 
     # Before predict_all, recipe check crashed here (GateValueError from the gate read inside predict).
-    (finding,) = [f for f in _expected_patch_findings(recipe_manifest(), environ) if f.subject == EXPORT_CHECK]
+    (finding,) = [f for f in expected_patch_findings(recipe_manifest(), environ) if f.subject == EXPORT_CHECK]
     assert finding.status is ERROR and "predicted unknown" in finding.detail
 
     answer = {"installed": True, "report": json.loads(json.dumps(report))}  # as a Ray node sends it
@@ -116,7 +116,7 @@ def test_unknown_kill_switch_id_is_reported_once_and_switches_nothing_off() -> N
     assert predicted.disable_error is not None and "no-such-patch" in predicted.disable_error
     assert predicted.errors == [predicted.disable_error]
     assert Status.DISABLED not in {s.status for s in predicted.statuses}
-    (finding,) = _expected_patch_findings(recipe_manifest(), environ)
+    (finding,) = expected_patch_findings(recipe_manifest(), environ)
     assert finding.status is ERROR and finding.subject == "VERL_ASCEND_EXT_DISABLE"
     report, code = doctor.build_report(environ)
     assert code == 2 and report["errors"] == predicted.errors

@@ -1,5 +1,5 @@
-"""How a process ended (``runtime.process_end``) and what ``verl-ascend status`` makes of a job's ends
-(``runtime.job_outcome``).
+"""How a process ended (``runtime.records.process_end``) and what ``verl-ascend status`` makes of a job's ends
+(``runtime.records.outcome``).
 
 Each end is a real process that boots the plugin and then ends the way under test (an exception, ``sys.exit``, a
 signal, SIGKILL); its record is read back from disk. The Ray error chain is built from Ray's own exception
@@ -17,10 +17,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from records import record
 from subprocesses import last_json, run_command, run_python, scrubbed_env
 
-from verl_ascend_ext.runtime import job_outcome
-from verl_ascend_ext.runtime.status_report import aggregate, collect
+from verl_ascend_ext.runtime.records import outcome as job_outcome
+from verl_ascend_ext.runtime.records.reader import collect
+from verl_ascend_ext.runtime.records.report import aggregate
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 BOOT = """
@@ -84,7 +86,7 @@ def test_sigterm_is_recorded_and_chained_to_the_handler_that_was_there(tmp_path:
     signal.signal(signal.SIGTERM, handler)
     import verl_ascend_ext.runtime.boot as boot
     boot._loaded_by.clear()  # boot again, now that a handler is installed (as in a Ray worker)
-    import verl_ascend_ext.runtime.process_end as end
+    import verl_ascend_ext.runtime.records.process_end as end
     end._installed = False
     boot.activate("verl")
     os.kill(os.getpid(), signal.SIGTERM)
@@ -109,6 +111,19 @@ def test_over_the_default_action_no_handler_is_installed_and_a_kill_leaves_no_wo
     assert report["outcome"]["first_failure"]["how"] == "ended without a word"
 
 
+def test_its_switch_off_installs_nothing_and_the_record_says_no_word(tmp_path: Path) -> None:
+    """``VERL_ASCEND_EXT_PROCESS_END=0``: no hook, no wrapper, no handler; the record carries the gate's value."""
+    rc, rec = ended_by(tmp_path, """
+    assert not getattr(sys.excepthook, "verl_ascend_ext", False) and not getattr(sys.exit, "verl_ascend_ext", False)
+    sys.exit(3)
+    """, {"VERL_ASCEND_EXT_PROCESS_END": "0"})
+    assert rc == 3 and rec["ended"] is None, rec["ended"]
+    assert rec["gates"]["VERL_ASCEND_EXT_PROCESS_END"] is False
+    proc = subprocess.run([sys.executable, "-c", "import verl_ascend_ext; verl_ascend_ext.activate()"],
+                          env=scrubbed_env({"VERL_ASCEND_EXT_PROCESS_END": "maybe"}), capture_output=True, text=True)
+    assert proc.returncode != 0 and "VERL_ASCEND_EXT_PROCESS_END='maybe'" in proc.stderr, proc.stderr
+
+
 def test_a_forked_child_does_not_write_its_parents_record(tmp_path: Path) -> None:
     rc, rec = ended_by(tmp_path, """
     pid = os.fork()
@@ -127,7 +142,7 @@ def test_rays_task_error_chain_names_the_process_that_raised_each_cause() -> Non
     import json
     from ray.exceptions import ActorDiedError, RayTaskError
     from verl_ascend_ext.features.weight_sync.barrier import WeightSyncBarrierTimeout
-    from verl_ascend_ext.runtime.process_end import describe
+    from verl_ascend_ext.runtime.records.process_end import describe
     def remote(cause, title, pid):
         try:
             raise cause
@@ -154,9 +169,9 @@ def test_rays_task_error_chain_names_the_process_that_raised_each_cause() -> Non
 
 def rec(pid: int, role: str, *, actor: str | None = None, rank: int | None = None, alive: bool = False,
         ended: dict | None = None, errors: list | None = None, updated: float = 100.0) -> dict:
-    return {"host": "n1", "pid": pid, "role": role, "actor_class": actor, "alive": alive, "started": 1.0,
-            "ranks": {} if rank is None else {"rank": rank, "world_size": 2}, "ended": ended,
-            "errors": errors or [], "updated": updated, "patches": {}}
+    return record(pid, "n1", role, actor_class=actor, alive=alive, started=1.0,
+                  ranks={} if rank is None else {"rank": rank, "world_size": 2}, ended=ended, errors=errors or [],
+                  updated=updated, patches={})
 
 
 RAY_TEARDOWN = {"how": "signal", "signal": "SIGTERM", "code": 1, "at": 300.0}

@@ -50,10 +50,16 @@ def test_refusal_at_discovery_stops_the_process(tmp_path: Path) -> None:
     text = init.read_text()
     anchor = "_plugins_policy = "
     init.write_text(text.replace(anchor, "import verl.trainer.distillation.losses  # noqa\n" + anchor, 1))
-    proc = run_python("import verl\nprint('survived')", pythonpath=str(shadow), check=False)
+    status_dir = tmp_path / "status"
+    proc = run_python("import verl\nprint('survived')", {"VERL_ASCEND_EXT_STATUS_DIR": str(status_dir)},
+                      pythonpath=str(shadow), check=False)
     assert proc.returncode != 0
     assert "survived" not in proc.stdout
     assert f"refused patch '{pid}'" in proc.stderr
+    (record,) = [json.loads(f.read_text()) for f in status_dir.rglob("*.json")]  # recorded under the record's id
+    (error,) = record["errors"]
+    assert (error["by"], error["type"]) == (pid, "PatchRefusedError"), error
+    assert "/verl_ascend_ext/patching/engine.py:" in error["where"], error  # where the engine raised it
 
 
 def test_unparsable_target_file_is_predicted_refused_not_a_crash(tmp_path: Path) -> None:
@@ -83,3 +89,4 @@ def test_refusal_is_logged_even_when_the_importer_swallows_it(tmp_path: Path) ->
     (record,) = [json.loads(f.read_text()) for f in status_dir.rglob("*.json")]  # the refusal, recorded when raised
     (error,) = record["errors"]
     assert (error["by"], error["type"]) == (pid, "PatchRefusedError") and f"refused patch '{pid}'" in error["message"]
+    assert "/verl_ascend_ext/patching/engine.py:" in error["where"], error

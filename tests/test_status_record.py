@@ -1,4 +1,4 @@
-"""Process records (``runtime.process_record``) and their aggregation (``verl-ascend status``), on the local machine.
+"""Process records (``runtime.records``) and their aggregation (``verl-ascend status``), on the local machine.
 
 Real processes boot the plugin through its entry points and write their records; directory safety is
 tested with real modes, owners (``os.chown`` to another uid: the tests run as root) and symlinks.
@@ -19,15 +19,18 @@ import time
 from pathlib import Path
 
 import pytest
+from records import GATE, write_record
+from records import record as synthetic
 from repo import verl_version
 from subprocesses import last_json, run_command, run_python, scrubbed_env
 
-from verl_ascend_ext.runtime import process_record as rr
-from verl_ascend_ext.runtime.status_report import aggregate, collect
+from verl_ascend_ext.runtime.records import identity, recorder, store
+from verl_ascend_ext.runtime.records.reader import collect, read_records
+from verl_ascend_ext.runtime.records.report import aggregate
+from verl_ascend_ext.runtime.records.schema import new_patch
 from verl_ascend_ext.tooling.status_cli import format_report
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
-GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
 OTHER_UID = 12345
 
 
@@ -40,9 +43,9 @@ def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -
     code = """
     import json, os, sys
     import verl_ascend_ext
-    from verl_ascend_ext.runtime import process_record
+    from verl_ascend_ext.runtime.records import recorder, store
     verl_ascend_ext.activate()
-    path = process_record.record_path()
+    path = recorder.record_path()
     before = json.load(open(path))
     import verl.trainer.constants_ppo  # target of ray-runtime-env-gates: applied on import
     after = json.load(open(path))
@@ -67,32 +70,39 @@ def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -
     assert not [p for p in base.rglob(".*.tmp")]
 
 
-def test_an_eager_replacement_records_its_first_run_once(tmp_path: Path) -> None:
-    """applied -> exercised on the first call of the replacement: one record write, none on later calls."""
+def test_an_eager_replacement_records_its_first_run_once_and_an_acting_one_each_act(tmp_path: Path) -> None:
+    """applied -> exercised on the first call of an eager replacement: one record write, none on later calls. An
+    ``acts_when`` replacement writes each time it acts (a sync, a save: never per token) and counts the acts."""
     code = """
-    import json
+    import json, os
     import verl_ascend_ext
-    from verl_ascend_ext.runtime import process_record
+    from verl_ascend_ext.runtime.records import recorder, store
     verl_ascend_ext.activate()
-    import verl.trainer.constants_ppo as constants  # ray-runtime-env-gates applies on import
+    import verl.utils.checkpoint.megatron_checkpoint_manager as manager  # checkpoint-config-whole (eager)
+    import verl.trainer.constants_ppo as constants  # ray-runtime-env-gates (acts when there are variables to carry)
     writes = []
-    write_atomic = process_record.write_atomic
-    process_record.write_atomic = lambda *a: (writes.append(a[1]), write_atomic(*a))[1]
-    path = process_record.record_path()
+    write_atomic = store.write_atomic
+    store.write_atomic = lambda *a: (writes.append(a[1]), write_atomic(*a))[1]
+    path = recorder.record_path()
     applied = json.load(open(path))["patches"]
-    constants.get_ppo_ray_runtime_env()
+    manager._to_json_safe_config_dict({"a": 1})
     after_first = len(writes)
     for _ in range(3):
-        constants.get_ppo_ray_runtime_env()
+        manager._to_json_safe_config_dict({"a": 1})
+    eager = len(writes)
+    for _ in range(3):
+        constants.get_ppo_ray_runtime_env()  # VERL_ASCEND_EXT_STATUS_DIR is set: something to carry
     print(json.dumps({"applied": applied, "ran": json.load(open(path))["patches"], "after_first": after_first,
-                      "after_more": len(writes)}))
+                      "after_more": eager, "after_acts": len(writes)}))
     """
     out = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}).stdout)
-    gates_patch = "ray-runtime-env-gates"
-    assert out["applied"][gates_patch] == {**out["applied"][gates_patch], "status": "applied", "observed": "eager",
-                                           "exercised": False}
-    assert out["ran"][gates_patch]["exercised"] is True
+    whole, gates_patch = "checkpoint-config-whole", "ray-runtime-env-gates"
+    assert out["applied"][whole] == {**out["applied"][whole], "status": "applied", "observed": "eager",
+                                     "exercised": False, "acts": None}
+    assert out["ran"][whole]["exercised"] is True
     assert (out["after_first"], out["after_more"]) == (1, 1)  # written on the first call only
+    assert out["ran"][gates_patch] == {**out["ran"][gates_patch], "observed": "acts", "exercised": True, "acts": 3}
+    assert out["after_acts"] == 1 + 3  # one write per act
     assert out["ran"]["glm52-ascend-rmsnorm-add-then-norm"]["observed"] == "traced"
     assert out["ran"]["glm52-ascend-rmsnorm-add-then-norm"]["exercised"] is None  # cannot be observed: not guessed
 
@@ -103,7 +113,8 @@ def test_traced_patches_are_shown_as_not_observable() -> None:
                                     "observed": "traced", "exercised": None}
     rec["patches"]["vllm-fix"].update(observed="eager", exercised=True)
     report = aggregate([rec, synthetic(6, role="engine-core")])
-    assert report["by_role_exercised"]["engine-core"]["vllm-fix"] == {"observed": "eager", "applied": 2, "ran": 1}
+    assert report["by_role_exercised"]["engine-core"]["vllm-fix"] == {"observed": "eager", "applied": 2, "ran": 1,
+                                                                       "stood_down": []}
     text = format_report(report)
     assert "ran in 1 of 2" in text and "not observable inside compiled code" in text
 
@@ -115,14 +126,17 @@ def test_a_patch_that_acts_only_on_some_calls_is_counted_where_it_acted() -> Non
     assert EMPTY_MICRO_BATCH.observed.value == "acts"
     recs = [synthetic(pid, role="ray-worker") for pid in (5, 6)]
     for rec, acted in zip(recs, (True, False), strict=True):
-        rec["patches"][EMPTY_MICRO_BATCH.id] = {"status": "applied", "target": EMPTY_MICRO_BATCH.target,
-                                                 "imported": True, "observed": "acts", "exercised": acted}
+        rec["patches"][EMPTY_MICRO_BATCH.id] = new_patch(
+            status="applied", target=EMPTY_MICRO_BATCH.target, imported=True, observed="acts", exercised=acted,
+            acts=3 if acted else 0, stood_down=[] if acted else ["a path where it had nothing to do"])
     report = aggregate(recs)
-    assert report["by_role_exercised"]["ray-worker"][EMPTY_MICRO_BATCH.id] == {"observed": "acts", "applied": 2,
-                                                                               "ran": 1}
+    assert report["by_role_exercised"]["ray-worker"][EMPTY_MICRO_BATCH.id] == {
+        "observed": "acts", "applied": 2, "ran": 1, "acts": 3, "stood_down": ["a path where it had nothing to do"]}
     report["acts_when"] = {EMPTY_MICRO_BATCH.id: EMPTY_MICRO_BATCH.acts_when}
     text = format_report(report)
-    assert "acted in 1 of 2" in text and f"{EMPTY_MICRO_BATCH.id}: acts when {EMPTY_MICRO_BATCH.acts_when}" in text
+    assert "acted in 1 of 2 (3 times)" in text
+    assert f"{EMPTY_MICRO_BATCH.id}: acts when {EMPTY_MICRO_BATCH.acts_when}" in text
+    assert f"ray-worker  {EMPTY_MICRO_BATCH.id}: stood down: a path where it had nothing to do" in text
 
 
 def test_a_replacement_that_reports_itself_is_not_counted_when_merely_called() -> None:
@@ -144,27 +158,28 @@ def test_a_replacement_that_reports_itself_is_not_counted_when_merely_called() -
 def test_a_second_loader_is_recorded(tmp_path: Path) -> None:
     code = """
     import json
-    from verl_ascend_ext.runtime import boot, process_record
+    from verl_ascend_ext.runtime import boot
+    from verl_ascend_ext.runtime.records import recorder
     boot.activate("verl")
     boot.vllm_plugin()
-    print(json.dumps(json.load(open(process_record.record_path()))))
+    print(json.dumps(json.load(open(recorder.record_path()))))
     """
     rec = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}).stdout)
     assert rec["loaded_by"] == ["verl", "vllm"]
 
 
 def test_writes_are_atomic_for_readers(tmp_path: Path) -> None:
-    fd = rr.open_base(str(tmp_path / "s"))
+    fd = store.open_base(str(tmp_path / "s"))
     stop = threading.Event()
     big = [json.dumps({"n": i, "pad": "x" * 20000}).encode() for i in range(2)]
 
     def writer() -> None:
         i = 0
         while not stop.is_set():
-            rr.write_atomic(fd, "r.json", big[i % 2])
+            store.write_atomic(fd, "r.json", big[i % 2])
             i += 1
 
-    rr.write_atomic(fd, "r.json", big[1])
+    store.write_atomic(fd, "r.json", big[1])
     thread = threading.Thread(target=writer)
     thread.start()
     try:
@@ -179,9 +194,9 @@ def test_writes_are_atomic_for_readers(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "s").iterdir()] == ["r.json"]
 
 
-def _recorder(base: Path, monkeypatch: pytest.MonkeyPatch) -> rr._Recorder:
-    monkeypatch.setenv(rr.DIR_ENV, str(base))
-    return rr._Recorder("api", {GATE: True}, "", dict, {})
+def _recorder(base: Path, monkeypatch: pytest.MonkeyPatch) -> recorder.Recorder:
+    monkeypatch.setenv(store.DIR_ENV, str(base))
+    return recorder.Recorder("api", {GATE: True}, "", dict, {})
 
 
 def test_created_directories_are_private_even_with_a_permissive_umask(tmp_path: Path, monkeypatch) -> None:
@@ -218,7 +233,7 @@ def test_an_unsafe_directory_costs_one_warning_and_nothing_is_written(tmp_path: 
             recorder.write()
     warnings = [r for r in caplog.records if "process status not recorded" in r.getMessage()]
     assert len(warnings) == 1, caplog.text
-    assert rr.DIR_ENV in warnings[0].getMessage()
+    assert store.DIR_ENV in warnings[0].getMessage()
     assert list(elsewhere.iterdir()) == []
 
 
@@ -245,25 +260,6 @@ def test_an_unwritable_directory_does_not_fail_the_process(tmp_path: Path) -> No
     proc = run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(blocker / "status")})
     assert proc.stdout.strip().endswith("still running")
     assert proc.stderr.count("process status not recorded") == 1, proc.stderr
-
-
-def synthetic(pid: int = 4242, host: str = "node-a", role: str = "ray-worker", **over) -> dict:
-    rec = {
-        "schema": rr.SCHEMA, "host": host, "pid": pid, "proc_start": 1, "started": 100.0, "updated": 100.0,
-        "role": role, "actor_class": None, "title": "", "loaded_by": ["verl"], "namespace": "session_x",
-        "versions": {"verl-ascend-ext": "0.1.0", "verl": "0.9.0"},
-        "gates": {GATE: True, "VERL_VLLM_ASCEND_GLM52_PATCH": True}, "disable": "",
-        "plugin_env": {"VERL_USE_EXTERNAL_PLUGINS": None, "VLLM_PLUGINS": None},
-        "patches": {
-            "vllm-fix": {"status": "applied", "detail": "", "where": "", "target": "vllm.v1.engine.core:X.f",
-                         "imported": True},
-            "distill": {"status": "pending", "detail": "", "where": "", "target": "verl.trainer.d:f",
-                        "imported": False},
-        },
-        "alive": True,
-    }
-    rec.update(over)
-    return rec
 
 
 def test_a_healthy_job_has_no_problem() -> None:
@@ -309,43 +305,56 @@ def test_without_a_driver_the_majority_is_the_reference() -> None:
     assert "most processes" in report["problems"][0]
 
 
-def write_record(base: Path, rec: dict, ns: str = "session_x") -> Path:
-    (base / ns).mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(base, 0o700)
-    path = base / ns / f"{rec['host']}-{rec['pid']}-{rec['proc_start']}.json"
-    path.write_text(json.dumps({k: v for k, v in rec.items() if k != "alive"}))
-    return path
+def snapshot(base: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file and directory under ``base``: bytes (files), mode and modification time in ns."""
+    out = {}
+    for path in sorted([base, *base.rglob("*")]):
+        st = path.lstat()
+        out[str(path.relative_to(base))] = (path.read_bytes() if path.is_file() else b"", st.st_mode, st.st_mtime_ns)
+    return out
 
 
-def test_dead_records_are_marked_then_pruned_and_live_ones_kept(tmp_path: Path) -> None:
+def test_reading_never_writes_and_pruning_is_an_explicit_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``collect``, the report, the CLI and a checkpoint save's summary leave the directory byte for byte as it was
+    (a dead record a day old included: the post-mortem a user has not read yet); ``prune`` removes only this host's
+    dead records last written more than ``keep`` seconds ago."""
     host = socket.gethostname()
-    me = synthetic(os.getpid(), host=host, proc_start=rr.start_ticks())
-    gone = synthetic(2**22 + 17, host=host)  # above any pid_max default: not running
-    elsewhere = synthetic(3, host="another-host")
-    paths = [write_record(tmp_path, r) for r in (me, gone, elsewhere)]
-    records, notes = collect(str(tmp_path), now=1000.0, keep=60.0)
-    state = {r["pid"]: r["alive"] for r in records}
-    assert state == {os.getpid(): True, 2**22 + 17: False, 3: None} and notes == []
-    assert json.loads(paths[1].read_text())["dead_since"] == 1000.0  # marked on disk
-    records, _ = collect(str(tmp_path), now=1030.0, keep=60.0)
-    assert paths[1].exists()  # not yet
-    records, _ = collect(str(tmp_path), now=1061.0, keep=60.0)
-    assert not paths[1].exists() and paths[0].exists() and paths[2].exists()
-    assert sorted(r["pid"] for r in records) == [3, os.getpid()]
+    me = synthetic(os.getpid(), host=host, proc_start=identity.start_ticks(), updated=time.time())
+    old_dead = synthetic(2**22 + 17, host=host, updated=time.time() - 2 * 86400)  # above any pid_max: not running
+    new_dead = synthetic(2**22 + 19, host=host, updated=time.time() - 60)
+    elsewhere = synthetic(3, host="another-host", updated=0.0)
+    paths = [write_record(tmp_path, r) for r in (me, old_dead, new_dead, elsewhere)]
+    before = snapshot(tmp_path)
+    records, notes = collect(str(tmp_path))
+    assert {r["pid"]: r["alive"] for r in records} == {os.getpid(): True, 2**22 + 17: False, 2**22 + 19: False,
+                                                       3: None} and notes == []
+    aggregate(records, notes)
+    for args in (["status"], ["status", "--json"]):
+        run_command([CLI, *args, "--dir", str(tmp_path)], check=False)
+    from verl_ascend_ext.features.checkpoint import provenance
+
+    saved = tmp_path.parent / "saved" / "huggingface"
+    saved.mkdir(parents=True)
+    monkeypatch.setenv(store.DIR_ENV, str(tmp_path))
+    assert provenance.write_beside(saved)["status_dir"] == str(tmp_path)  # what a checkpoint save runs
+    assert snapshot(tmp_path) == before
+    proc = run_command([CLI, "status", "--prune", "--dir", str(tmp_path)], check=False)
+    assert proc.returncode == 0 and "removed 1 record(s)" in proc.stdout, proc.stdout + proc.stderr
+    assert [p.exists() for p in paths] == [True, False, True, True]
 
 
 def test_a_zombie_counts_as_dead() -> None:
     """A killed process whose parent has not collected it yet (a zombie) still has /proc/PID: it is dead."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    ticks = rr.start_ticks(child.pid)
+    ticks = identity.start_ticks(child.pid)
     try:
-        assert rr.alive(child.pid, ticks) is True
+        assert identity.alive(child.pid, ticks) is True
         os.kill(child.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while Path(f"/proc/{child.pid}/stat").read_text().split(") ", 1)[1][0] != "Z":  # not waited for: a zombie
             assert time.monotonic() < deadline, "the killed child never became a zombie"
             time.sleep(0.05)
-        assert rr.alive(child.pid, ticks) is False
+        assert identity.alive(child.pid, ticks) is False
     finally:
         child.kill()
         child.wait()
@@ -358,7 +367,7 @@ def test_foreign_and_symlinked_records_are_ignored_and_said_so(tmp_path: Path) -
     outside = tmp_path.parent / f"{tmp_path.name}-outside.json"
     outside.write_text(json.dumps(synthetic(3, host="h")))
     (tmp_path / "session_x" / "h-3-1.json").symlink_to(outside)
-    records, notes = rr.read_records(str(tmp_path))
+    records, notes = read_records(str(tmp_path))
     assert [r["pid"] for r in records] == [1] and records[0]["file"] == str(good)
     assert any("owned by another user" in n and "h-2-1.json (uid 12345)" in n for n in notes), notes
     assert any("h-3-1.json ignored: a symbolic link" in n for n in notes), notes
@@ -367,7 +376,7 @@ def test_foreign_and_symlinked_records_are_ignored_and_said_so(tmp_path: Path) -
 def test_a_foreign_owned_status_directory_is_not_read(tmp_path: Path) -> None:
     write_record(tmp_path, synthetic(1, host="h"))
     os.chown(tmp_path / "session_x", OTHER_UID, OTHER_UID)
-    records, notes = rr.read_records(str(tmp_path))
+    records, notes = read_records(str(tmp_path))
     assert records == [] and "owned by uid 12345" in notes[0]
 
 
@@ -427,13 +436,13 @@ def test_status_ray_unreachable_exits_2(tmp_path: Path) -> None:
      ("vllm-frontend", None)),
 ])
 def test_role_from_cheap_signals(loaded_by, argv, title, mp_name, session, want) -> None:
-    assert rr.detect_role(loaded_by, argv, title, mp_name, session) == want
+    assert identity.detect_role(loaded_by, argv, title, mp_name, session) == want
 
 
 def test_ray_session_from_the_worker_command_line() -> None:
     argv = ["/x/ray/_private/workers/default_worker.py", "--node-ip-address=1.2.3.4", "--session-name=session_1"]
-    assert rr.ray_session(argv) == "session_1"
-    assert rr.ray_session(["main_ppo.py", "--session-name=session_1"]) is None
+    assert identity.ray_session(argv) == "session_1"
+    assert identity.ray_session(["main_ppo.py", "--session-name=session_1"]) is None
 
 
 SWALLOWING_IMPORTER = """
@@ -467,3 +476,45 @@ def test_status_names_the_live_process_that_refused(tmp_path: Path) -> None:
     assert mine["alive"] is True and mine["patches"][PID] == "refused"
     assert any(f"pid {proc.pid} (driver): patch {PID} is refused although its module "
                "verl.trainer.distillation.losses was imported" in p for p in report["problems"]), report["problems"]
+
+
+def test_status_of_a_missing_directory_exits_2_naming_it_and_where_a_job_records(tmp_path: Path) -> None:
+    """A mistyped --dir must not read as "nothing recorded, OK": a script gating on `status` would pass."""
+    missing = tmp_path / "stauts"
+    proc = run_command([CLI, "status", "--dir", str(missing)], {store.DIR_ENV: str(tmp_path / "status")}, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"no status directory at {missing}" in proc.stderr and str(tmp_path / "status") in proc.stderr
+    assert store.DIR_ENV in proc.stderr and proc.stdout == ""
+    assert run_command([CLI, "status", "--json", "--dir", str(missing)], check=False).returncode == 2
+
+
+def test_the_previous_schemas_records_are_read_and_counted_and_an_unknown_schema_is_named(tmp_path: Path) -> None:
+    """A schema-1 record (what verl-ascend-ext wrote before this schema: no ranks, errors, end or stand-downs; a
+    reader's ``dead_since``) is read with those fields at their defaults and counted in a note; a record of a schema
+    this reader does not know is named with its count and the fix, not skipped silently."""
+    old = {"schema": 1, "host": "n1", "pid": 7, "proc_start": 3, "started": 1.0, "updated": 2.0, "role": "driver",
+           "actor_class": None, "title": "", "loaded_by": ["verl"], "namespace": "local", "versions": {},
+           "gates": {GATE: True}, "disable": "", "plugin_env": {}, "dead_since": 5.0,
+           "patches": {"p": {"status": "applied", "detail": "", "where": "", "target": "m:f", "imported": True}}}
+    newer = {**old, "schema": 9, "pid": 8}
+    for rec in (old, newer):
+        write_record(tmp_path, rec, ns="local")
+    records, notes = read_records(str(tmp_path))
+    (rec,) = records
+    assert rec["schema"] == 2 and rec["pid"] == 7 and "dead_since" not in rec
+    assert (rec["ranks"], rec["errors"], rec["ended"]) == ({}, [], None)
+    assert rec["patches"]["p"]["stood_down"] == [] and rec["patches"]["p"]["status"] == "applied"
+    assert any(n.startswith(f"1 record(s) in {tmp_path} have schema 1") for n in notes), notes
+    assert any(n.startswith(f"1 record(s) in {tmp_path} have schema 9") and "cannot read" in n and "Fix:" in n
+               for n in notes), notes
+    text = run_command([CLI, "status", "--dir", str(tmp_path)], check=False).stdout
+    assert "have schema 9" in text and "have schema 1" in text, text
+
+
+def test_records_are_built_through_the_schemas_factory() -> None:
+    from verl_ascend_ext.runtime.records.schema import FIELDS, SCHEMA, SchemaError, new_record
+
+    rec = new_record(pid=5, role="driver")
+    assert list(rec) == list(FIELDS) and rec["schema"] == SCHEMA
+    with pytest.raises(SchemaError, match="rnaks"):
+        new_record(rnaks={"rank": 0})

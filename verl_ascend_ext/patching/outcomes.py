@@ -6,7 +6,8 @@ hook needs them; it re-exports these).
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple
+
+from verl_ascend_ext.patching.values import Value
 
 
 class Status(str, Enum):
@@ -42,14 +43,18 @@ OFF = frozenset({Status.GATE_OFF, Status.DISABLED})  # switched off by its gate 
 NEEDS_ATTENTION = frozenset({Status.REFUSED, Status.UNDECIDED})  # doctor prints their detail and flags them
 
 
-class PatchStatus(NamedTuple):
+class PatchStatus(Value):
     """The status of one patch with the reason, and where the target code was found."""
 
+    __slots__ = ("detail", "id", "status", "target", "where")
     id: str
     target: str
     status: Status
     detail: str
-    where: str = ""
+    where: str
+
+    def __init__(self, id: str, target: str, status: Status, detail: str, where: str = "") -> None:
+        self._set(id=id, target=target, status=status, detail=detail, where=where)
 
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "target": self.target, "status": self.status.value, "detail": self.detail,

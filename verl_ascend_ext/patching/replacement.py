@@ -11,9 +11,13 @@ refuses code that reads a ``ContextVar``, a thread-local or the call stack (dyna
 under ``fullgraph=True``).
 
 A replacement of a record that runs eagerly (``traced=False``) also reports its first call
-(``status.exercised``: one record write per process, then a list check per call); a traced one does not,
-since nothing inside a compiled graph can report itself, and its code stays exactly the call above; nor does
-one whose record says it acts only on some calls (``acts_when``): its patch code reports when it acts.
+(``status.exercised``: one record write per process, then a list check per call), unless its record says it acts
+only on some calls (``acts_when``): its patch code reports when it acts (``status.acted``) and when it stands down
+(``status.stood_down``). An eager replacement also reports an exception of the plugin's own that escapes it
+(``status.escaped``, under the record's id, at the line that raised): one raised in this package's code, not in
+the original it wraps (``ours``); so patch code raises as any code does and never records by hand. A traced
+replacement does none of this, since nothing inside a compiled graph can report itself: its code stays exactly
+the call above.
 """
 
 from __future__ import annotations
@@ -21,16 +25,18 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
 import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_ascend_ext.patching.errors import PatchRefusedError
-from verl_ascend_ext.patching.status import exercised
+from verl_ascend_ext.patching.status import escaped, exercised
 
 MARKER = "_verl_ascend_ext_patch"  # function attribute of our replacements: the patch id
 FRAME_READERS = frozenset({"_getframe", "currentframe", "getouterframes", "getframeinfo"})
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # verl_ascend_ext/
 
 
 class UntraceableReplacementError(PatchRefusedError):
@@ -47,28 +53,92 @@ def build(impl: Callable[..., Any], live: Any, patch_id: str, markers: tuple[str
     kind = type(live) if isinstance(live, (staticmethod, classmethod)) else None
     original = live.__func__ if kind is not None else live
     ran: list[bool] = []  # empty until the first call of an eager replacement
-    silent = traced or reports_itself
-    if silent and inspect.iscoroutinefunction(original):
+    if traced and inspect.iscoroutinefunction(original):
         async def replacement(*args: Any, **kwargs: Any) -> Any:
             return await impl(original, *args, **kwargs)
-    elif silent:
+    elif traced:
         def replacement(*args: Any, **kwargs: Any) -> Any:
             return impl(original, *args, **kwargs)
     elif inspect.iscoroutinefunction(original):
         async def replacement(*args: Any, **kwargs: Any) -> Any:
-            if not ran:
+            if not ran and not reports_itself:
                 ran.append(True)
                 exercised(patch_id)
-            return await impl(original, *args, **kwargs)
+            try:
+                return await impl(original, *args, **kwargs)
+            except Exception as err:  # cancellation, interrupts and exits are no error of ours
+                report_if_ours(patch_id, err, original)
+                raise
     else:
         def replacement(*args: Any, **kwargs: Any) -> Any:
-            if not ran:
+            if not ran and not reports_itself:
                 ran.append(True)
                 exercised(patch_id)
-            return impl(original, *args, **kwargs)
+            try:
+                return impl(original, *args, **kwargs)
+            except Exception as err:  # cancellation, interrupts and exits are no error of ours
+                report_if_ours(patch_id, err, original)
+                raise
     functools.update_wrapper(replacement, original)  # name, qualname, doc, __dict__ (e.g. verl's dispatch attrs)
     mark(replacement, patch_id, markers)
     return kind(replacement) if kind is not None else replacement
+
+
+def ours(err: BaseException, original: Any) -> str | None:
+    """Where ``err`` was raised (file:line) when this package's code raised it, not the original a replacement
+    wraps; None when it came from the original (or what the original called).
+
+    Read from the traceback: the deepest frame that is either this package's code (patch code and the helpers it
+    calls; the replacement wrappers of this module aside) or the original's decides; its line is where ours
+    raised (or called what raised). An original without Python code (a builtin) leaves no frame: then only an
+    exception whose innermost frame is ours counts.
+    """
+    code = getattr(original, "__code__", None)
+    where, last_is_ours, innermost_is_ours = None, False, False
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame.f_code
+        innermost_is_ours = frame.co_filename.startswith(PACKAGE_DIR) and frame.co_filename != __file__
+        if frame is code:
+            last_is_ours = False
+        elif innermost_is_ours:
+            where, last_is_ours = f"{frame.co_filename}:{tb.tb_lineno}", True
+        tb = tb.tb_next
+    if code is None and not innermost_is_ours:
+        return None
+    return where if last_is_ours else None
+
+
+def report_if_ours(patch_id: str, err: BaseException, original: Any) -> None:
+    """``status.escaped`` for an exception of ours escaping the replacement of ``patch_id`` (see ``ours``)."""
+    where = ours(err, original)
+    if where is not None:
+        escaped(patch_id, err, where)
+
+
+REPORTED_BY = "_verl_ascend_ext_reported_by"  # set by ``reported`` on the function it makes: the patch id
+
+
+def reported(patch_id: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for patch code the engine installs as it is, not behind a replacement it builds: a staticmethod
+    record's module-level function (spawn pickles it by module and name, so it cannot sit behind a closure). An
+    exception of ours escaping it is reported as the engine reports one escaping a replacement; the engine
+    refuses a staticmethod record whose function lacks it."""
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        def reporting(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except Exception as err:  # cancellation, interrupts and exits are no error of ours
+                report_if_ours(patch_id, err, None)
+                raise
+
+        # its name, not a ``__wrapped__`` link: the original of a staticmethod record is the engine's to keep
+        functools.update_wrapper(reporting, function, updated=())
+        del reporting.__wrapped__
+        setattr(reporting, REPORTED_BY, patch_id)
+        return reporting
+
+    return decorate
 
 
 def mark(function: Callable[..., Any], patch_id: str, markers: tuple[str, ...]) -> None:

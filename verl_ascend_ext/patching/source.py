@@ -30,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+from verl_ascend_ext.patching.cachedir import CACHE_ENV, cache_dir
+
 
 @dataclass(frozen=True)
 class Definition:
@@ -158,14 +160,13 @@ def _collect(body: list[ast.stmt], prefix: str, out: dict[str, ast.AST]) -> None
 
 
 INDEX_FORMAT = 4  # bump when the normalisation or the entry layout changes: older entries are then ignored
-INDEX_DIR_ENV = "VERL_ASCEND_EXT_CACHE"
+INDEX_DIR_ENV = CACHE_ENV
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"  # ast.unparse output depends on it
 
 
 def index_dir() -> Path:
     """Where normalised definitions are kept between processes (``$VERL_ASCEND_EXT_CACHE/source-index``)."""
-    base = os.environ.get(INDEX_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "verl-ascend-ext")
-    return Path(base) / "source-index"
+    return cache_dir() / "source-index"
 
 
 def content_digest(data: bytes) -> str:

@@ -1,8 +1,18 @@
-"""Per-process patch statuses, which replacements have run, and the on/off decision: the light part of the engine.
+"""Per-process patch statuses, what each replacement reported, and the on/off decision: the light part of the engine.
 
 Discovery needs only this; reading source files and wrapping code (``engine``) loads when a target
-module is imported or when doctor predicts. A replacement that runs eagerly reports its first call here
-(``exercised``), once per process: the process record is rewritten then and never again for that patch.
+module is imported or when doctor predicts. What a replacement reports, one API for all of it:
+
+- ``exercised``: it ran for the first time (an eager replacement, reported by the engine), or it did its work for
+  the first time (``acted``: a record whose ``acts_when`` says it acts only on some calls, reported by its patch
+  code where it acts);
+- ``stood_down``: it ran without doing its work, on a path it names (e.g. "fully-async sync, no colocated
+  rollout"): reported by the patch code of an ``acts_when`` record, the first time per path;
+- ``escaped``: an exception of the plugin's own escaped it (the engine tells which exceptions are ours,
+  ``replacement``); recorded once per exception, at the line that raised.
+
+Each first report rewrites the process record (through the listeners the boot sets) and never again for the
+same patch and path.
 """
 
 from __future__ import annotations
@@ -19,14 +29,24 @@ if TYPE_CHECKING:
 
 lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
-_exercised: set[str] = set()  # patch ids whose replacement has run at least once in this process
+_exercised: set[str] = set()  # patch ids whose replacement has run (acted) at least once in this process
+_acts: dict[str, int] = {}  # patch id -> calls in which its replacement acted (records with ``acts_when``)
+_stood_down: dict[str, list[str]] = {}  # patch id -> the paths its replacement stood down on, first seen first
 _on_change: Callable[[PatchStatus | None], None] | None = None  # the process record's writer, set at the end of boot
+_on_error: Callable[[str, BaseException, str | None], None] | None = None  # the process record's error entry
+REPORTED = "_verl_ascend_ext_reported"  # set on an exception once reported (it may escape nested replacements)
 
 
 def on_change(listener: Callable[[PatchStatus | None], None] | None) -> None:
-    """Call ``listener`` after every status change and first run of a replacement from now on (one listener)."""
+    """Call ``listener`` after every status change and first report of a replacement from now on (one listener)."""
     global _on_change
     _on_change = listener
+
+
+def on_error(listener: Callable[[str, BaseException, str | None], None] | None) -> None:
+    """Call ``listener(patch id or "boot", exception, file:line)`` for each exception of ours that escaped."""
+    global _on_error
+    _on_error = listener
 
 
 def switched_off(record: Patch, disabled: frozenset[str], environ: Mapping[str, str]) -> PatchStatus | None:
@@ -58,15 +78,72 @@ def exercised(patch_id: str) -> None:
             _on_change(_statuses.get(patch_id))
 
 
+def acted(patch_id: str) -> None:
+    """The replacement of ``patch_id`` (a record with ``acts_when``) has just done its work: reported by its patch
+    code where the fix acts, each time (a sync, a save, a micro-batch: never per token), so "exercised" means the fix
+    acted and the record counts how often."""
+    with lock:
+        _exercised.add(patch_id)
+        _acts[patch_id] = _acts.get(patch_id, 0) + 1
+        if _on_change is not None:
+            _on_change(_statuses.get(patch_id))
+
+
+def stood_down(patch_id: str, path: str) -> None:
+    """The replacement of ``patch_id`` ran without doing its work (it called the original as it is) on ``path``,
+    a few words a user reads in ``verl-ascend status`` ("fully-async sync, no colocated rollout")."""
+    with lock:
+        paths = _stood_down.setdefault(patch_id, [])
+        if path in paths:
+            return
+        paths.append(path)
+        if _on_change is not None:
+            _on_change(_statuses.get(patch_id))
+
+
+def escaped(patch_id: str, err: BaseException, where: str | None) -> None:
+    """An exception of the plugin's own escaped the replacement of ``patch_id`` (or the boot: "boot"), raised at
+    ``where``: reported once per exception."""
+    with lock:
+        listener = _on_error
+        reported = vars(err)  # every exception has one (BaseException's __dict__), whatever its __setattr__
+        if listener is None or reported.get(REPORTED):  # nothing records yet (early in the boot), or done
+            return
+        reported[REPORTED] = True
+    listener(patch_id, err, where)
+
+
+def raised_at(err: BaseException) -> str | None:
+    """file:line of the innermost frame ``err`` went through (where it was raised), or None."""
+    tb = err.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+
+
 def was_exercised(patch_id: str) -> bool:
     with lock:
         return patch_id in _exercised
+
+
+def acts_of(patch_id: str) -> int:
+    with lock:
+        return _acts.get(patch_id, 0)
+
+
+def stood_down_on(patch_id: str) -> list[str]:
+    with lock:
+        return list(_stood_down.get(patch_id, ()))
 
 
 def forget(patch_id: str) -> None:
     with lock:
         _statuses.pop(patch_id, None)
         _exercised.discard(patch_id)
+        _acts.pop(patch_id, None)
+        _stood_down.pop(patch_id, None)
 
 
 def current(patch_id: str) -> PatchStatus | None:

@@ -2,7 +2,7 @@
 
 ``activate`` runs once per process whatever the number of loads (verl plugin, vLLM plugin, API):
 it reads the gates and the kill switch, records each patch's status and registers lazy post-import
-hooks. It imports only this package, wrapt and, where another distribution declares features, pluggy
+hooks. It imports only this package and, where another distribution declares features, pluggy
 (``boot_plan``: this package's own features are read from the generated manifest); never vLLM, vLLM-Ascend,
 torch_npu, Megatron, Ray or transformers. Because verl logs plugin failures at DEBUG, everything a
 user must know is logged here at WARNING or above.
@@ -14,14 +14,23 @@ import logging
 import os
 import threading
 
-import wrapt
-
 from verl_ascend_ext.patching.errors import PatchRefusedError
 from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids
-from verl_ascend_ext.patching.lazy import install
+from verl_ascend_ext.patching.lazy import install, register
 from verl_ascend_ext.patching.outcomes import PatchStatus, Status
-from verl_ascend_ext.patching.status import on_change, record_status, statuses, switched_off
-from verl_ascend_ext.runtime import boot_plan, process_end, process_record
+from verl_ascend_ext.patching.status import (
+    escaped,
+    on_change,
+    on_error,
+    raised_at,
+    record_status,
+    statuses,
+    switched_off,
+)
+from verl_ascend_ext.runtime import boot_plan
+from verl_ascend_ext.runtime.records import process_end, recorder
+
+RUNTIME_GATES = (process_end.GATE,)  # the runtime's own gates (features declare theirs)
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -39,11 +48,9 @@ def _report(source: str):
     def report(module_name: str, results: list[PatchStatus]) -> None:
         refused = [r for r in results if r.status is Status.REFUSED]
         line = "; ".join(f"{r.id}: {r.status}" for r in results)
-        if refused:
+        if refused:  # the import that met the unrecognised code fails with the refusal (``lazy`` reports it)
             level = logging.ERROR
             line += "".join(f"\n  {r.detail}" for r in refused)
-            for r in refused:  # the import that met the unrecognised code fails with this refusal
-                process_record.raised(PatchRefusedError(r.detail), r.id)
         else:
             level = logging.WARNING if any(r.status is Status.APPLIED for r in results) else logging.INFO
         logger.log(level, "verl-ascend-ext (pid %d, loaded by %s) on import of %s: %s",
@@ -61,7 +68,7 @@ def activate(source: str = "api") -> None:
     with _lock:
         _loaded_by.append(source)
         if len(_loaded_by) > 1:
-            process_record.loaded_again(source)
+            recorder.loaded_again(source)
             return
         try:
             _boot(source)
@@ -73,7 +80,8 @@ def activate(source: str = "api") -> None:
 
 def _boot(source: str) -> None:
     reg = boot_plan.plan()
-    for gate in (*reg.gates, *reg.settings):
+    gates = (*reg.gates, *RUNTIME_GATES)
+    for gate in (*gates, *reg.settings):
         gate.read()  # fail on a bad value now, naming the variable, not at first import of a target
     disabled = disabled_patch_ids(r.id for r in reg.records)
     active = []
@@ -84,17 +92,21 @@ def _boot(source: str) -> None:
             continue
         record_status(PatchStatus(record.id, record.target, Status.PENDING, f"waiting for import of {record.module}"))
         active.append(record)
+    recorder.start(source, {g.env: g.read() for g in gates}, os.environ.get(DISABLE_ENV, ""), statuses,
+                   {r.id: r.observed for r in reg.records})
+    on_error(recorder.failed)  # from here on an error escaping a hook or a replacement is recorded under its id
     global _hooks_registered
     _hooks_registered = True  # from here on a retry would register every hook twice
+    before = statuses()
     try:
         install(active, _report(source), boot_plan.record)
         for module_name, callback in reg.import_hooks:
-            wrapt.register_post_import_hook(callback, module_name)
-    finally:  # a refusal of an already-imported target is recorded too
-        process_record.start(source, {g.env: g.read() for g in reg.gates}, os.environ.get(DISABLE_ENV, ""), statuses,
-                             {r.id: r.observed for r in reg.records})
-        on_change(process_record.status_changed)
-        process_end.install()
+            register(callback, module_name)
+    finally:  # statuses set while installing (a target already imported: applied, or refused) are recorded too
+        on_change(recorder.changed)
+        if statuses() != before:
+            recorder.changed()
+        process_end.install(process_end.GATE.read())
 
 
 def activate_or_exit(source: str) -> None:
@@ -107,7 +119,7 @@ def activate_or_exit(source: str) -> None:
         activate(source)
     except (GateValueError, PatchRefusedError) as err:
         logger.error("%s", err)
-        process_record.raised(err, "boot")
+        escaped("boot", err, raised_at(err))
         raise SystemExit(f"verl-ascend-ext: {err}") from err
     except Exception as err:
         logger.exception("verl-ascend-ext could not start in this process")

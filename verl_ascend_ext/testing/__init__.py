@@ -20,21 +20,29 @@ reads it; ``importable=True`` for a pure-Python release whose dependencies are i
 ``scripts/fetch_*.sh`` cache). The record must be registered (its entry point installed): the in-process half
 boots the plugin as production does.
 
+The acts contract (``check_acts``; see ``acts``): a replacement that can call the original without doing its work
+declares ``acts_when`` and reports ``acted`` exactly where it acts, checked on cases you give (``ActsCase``) and
+against mutants that report acting on a stand-down path.
+
 A behaviour test (the bug with the gate off, the fix with it on, in a fresh interpreter that boots the plugin
 through verl's own discovery): ``run_python(code, {GATE.env: "1"})`` and ``last_json`` (``subprocesses``), from
 one scrubbed environment, so a variable of your shell can neither pass nor fail a test.
 """
 
+from verl_ascend_ext.testing.acts import ActsCase, ActsFinding, check_acts
 from verl_ascend_ext.testing.contract import ContractReport, Failure, MutationResult, cached_releases, check_contract
 from verl_ascend_ext.testing.releases import Release, from_artifact, from_tree, installed_release, with_diff
 from verl_ascend_ext.testing.subprocesses import last_json, run_command, run_python, scrubbed_env
 
 __all__ = [
+    "ActsCase",
+    "ActsFinding",
     "ContractReport",
     "Failure",
     "MutationResult",
     "Release",
     "cached_releases",
+    "check_acts",
     "check_contract",
     "from_artifact",
     "from_tree",

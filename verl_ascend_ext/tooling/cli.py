@@ -1,5 +1,5 @@
 """The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, boot-manifest, switches, export-check,
-recipe, selftest."""
+recipe, selftest, compare."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
     status.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
                         help="with --ray: give up (exit 2) after this many seconds (default 120)")
+    status.add_argument("--prune", action="store_true",
+                        help="remove this host's records of dead processes last written more than "
+                             "VERL_ASCEND_EXT_STATUS_KEEP seconds ago (reading never removes anything)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     manifest = sub.add_parser("boot-manifest", help="print the boot manifest (runtime/boot_manifest.py)")
@@ -44,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("target", metavar="MODULE:QUALNAME", help="e.g. vllm.v1.engine.core:EngineCore.wake_up")
     source.add_argument("--from", dest="artifact", metavar="WHEEL|SDIST|DIR",
                         help="read a release that is not installed (as `vet` reads it) instead of the installed one")
+    from verl_ascend_ext.tooling.compare.cli import add_parser as add_compare_parser
     from verl_ascend_ext.tooling.recipes.cli import add_parser as add_recipe_parser
     from verl_ascend_ext.tooling.selftest.cli import add_parser as add_selftest_parser
 
+    add_compare_parser(sub)
     add_recipe_parser(sub)
     add_export_check_parser(sub)
     add_selftest_parser(sub)
@@ -76,14 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         if args.address and not args.ray:
             parser.error("--address needs --ray")
+        if args.prune and (args.ray or args.json):
+            parser.error("--prune works on this host's directory: without --ray or --json")
         from verl_ascend_ext.tooling.status_cli import main as status_main
 
         return status_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
-                           timeout=args.timeout)
+                           timeout=args.timeout, prune=args.prune)
     if args.command == "recipe":
         from verl_ascend_ext.tooling.recipes.cli import run as recipe_run
 
         return recipe_run(args, extra)
+    if args.command == "compare":
+        from verl_ascend_ext.tooling.compare.cli import run as compare_run
+
+        return compare_run(args)
     if args.command == "export-check":
         from verl_ascend_ext.features.checkpoint.cli import run as export_check_run
 

@@ -169,8 +169,11 @@ def gate_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every declared gate with its raw and parsed value and the distribution that declared it; ``default_used`` is
     "unset" or "empty" when the default applies (a set-but-empty value means the default, as ``${VAR:-default}``),
     else None."""
+    from verl_ascend_ext.runtime.boot import RUNTIME_GATES
+
     declared_by = registry().declared_by
-    return [{**_value_row(gate, environ), "declared_by": declared_by.get(gate.env)} for gate in registry().gates]
+    return [{**_value_row(gate, environ), "declared_by": declared_by.get(gate.env, "verl-ascend-ext (runtime)")}
+            for gate in (*registry().gates, *RUNTIME_GATES)]
 
 
 def setting_report(environ: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -208,9 +211,14 @@ def feature_findings(environ: Mapping[str, str]) -> list[Finding]:
 
 def build_report(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """The doctor report and its exit code (0 fine, 1 plugin will not load or a patch is refused, 2 bad input)."""
+    from verl_ascend_ext.runtime import discovery
+    from verl_ascend_ext.runtime.boot import RUNTIME_GATES
+
     env = dict(os.environ if environ is None else environ)
+    discovery.scan(discovery.FEATURE_GROUP, fresh=True)  # what is installed now (and the boot's cache, rewritten)
     reg = registry()
-    predictions = predict_all(reg.records, env, gates=(*reg.gates, *reg.settings))
+
+    predictions = predict_all(reg.records, env, gates=(*reg.gates, *RUNTIME_GATES, *reg.settings))
     errors = predictions.errors
     gates = gate_report(env)
     settings = setting_report(env)

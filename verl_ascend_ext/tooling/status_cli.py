@@ -1,7 +1,8 @@
 """`verl-ascend status`: gather the process records (this machine, or every alive Ray node) and report them.
 
-The entry point above ``status_report`` (aggregation of records) and ``cluster.status_ray`` (collection
-across a Ray cluster), so that neither imports the other.
+The entry point above ``records.report`` (aggregation of records) and ``cluster.status_ray`` (collection
+across a Ray cluster), so that neither imports the other. Reading changes nothing on disk; ``--prune`` is the
+explicit step that removes old records of dead processes (``records.prune``).
 """
 
 from __future__ import annotations
@@ -12,20 +13,28 @@ import sys
 from collections import Counter
 from typing import Any
 
-from verl_ascend_ext.runtime import process_record as rr
-from verl_ascend_ext.runtime.job_outcome import FAILED, format_outcome
-from verl_ascend_ext.runtime.status_report import aggregate, collect, merge
+from verl_ascend_ext.runtime.records.outcome import FAILED, format_outcome
+from verl_ascend_ext.runtime.records.reader import collect
+from verl_ascend_ext.runtime.records.report import aggregate, merge
+from verl_ascend_ext.runtime.records.store import DIR_ENV, base_dir
 from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
 
 
 def main(as_json: bool = False, directory: str | None = None, ray: bool = False, address: str | None = None,
-         timeout: float = 120.0) -> int:
-    base = directory or rr.base_dir()
+         timeout: float = 120.0, prune: bool = False) -> int:
+    base = directory or base_dir()
+    if directory is not None and not ray and not os.path.isdir(directory):
+        print(f"verl-ascend status: error: no status directory at {directory}. A job's processes record into "
+              f"{DIR_ENV} as set in its driver's environment, else {base_dir({})} (this user's default; now "
+              f"{base_dir()} here); check the path, or leave out --dir", file=sys.stderr)
+        return 2
+    if prune:
+        return _prune(base)
     if ray:
         from verl_ascend_ext.tooling.cluster.status_ray import collect_cluster
 
-        directory = directory or os.environ.get(rr.DIR_ENV)
+        directory = directory or os.environ.get(DIR_ENV)
         batches, notes, node_problems, error = collect_cluster(address, timeout, directory)
         if error is not None:
             report = {"processes": [], "summary": {}, "by_role": {}, "problems": [], "notes": [error],
@@ -49,6 +58,17 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     return report["exit_code"]
 
 
+def _prune(base: str) -> int:
+    """``--prune``: remove this host's records of dead processes older than the keep time; say what went."""
+    from verl_ascend_ext.runtime.records.prune import KEEP_ENV, keep_seconds, prune
+
+    keep = keep_seconds()
+    removed = prune(base, keep=keep)
+    print(f"verl-ascend status --prune: removed {len(removed)} record(s) of dead processes of this host last written "
+          f"more than {keep:g} s ago ({KEEP_ENV}) from {base}")
+    return 0
+
+
 ACTS = "acts"  # record.Observed.ACTS: counted only where the replacement did its work
 PENDING = "pending"  # record.Status.PENDING: the target module was never imported in that process
 NOT_OBSERVABLE = {"traced": "not observable inside compiled code", "import": "n/a (import-time patch)"}
@@ -61,8 +81,9 @@ def ran(entry: dict[str, Any] | None) -> str:
         return "-"
     if entry["observed"] in NOT_OBSERVABLE:
         return NOT_OBSERVABLE[entry["observed"]]
-    verb = "acted" if entry["observed"] == ACTS else "ran"
-    return f"{verb} in {entry['ran']} of {entry['applied']}"
+    if entry["observed"] == ACTS:
+        return f"acted in {entry['ran']} of {entry['applied']}" + (f" ({entry['acts']} times)" if entry["acts"] else "")
+    return f"ran in {entry['ran']} of {entry['applied']}"
 
 
 def _declared_by(report: dict[str, Any]) -> dict[str, str]:
@@ -123,6 +144,11 @@ def format_report(report: dict[str, Any]) -> str:
         if acts_when:
             out += ["", "Counted only where the fix acted (a call that needs no change is not counted)"]
             out += [f"  {pid}: acts when {when}" for pid, when in sorted(acts_when.items())]
+        stood = [(role, pid, entry["stood_down"]) for role, per in by_role_exercised.items()
+                 for pid, entry in per.items() if entry.get("stood_down")]
+        if stood:
+            out += ["", "Stood down (called, did not act, on these paths)"]
+            out += [f"  {role}  {pid}: stood down: {'; '.join(paths)}" for role, pid, paths in stood]
     if report["notes"]:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
     if report["problems"]:

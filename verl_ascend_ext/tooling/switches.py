@@ -15,7 +15,9 @@ from typing import Any, NamedTuple
 
 from verl_ascend_ext.features.checkpoint.mode import DEFAULT_MODE, MODE_ENV, MODES
 from verl_ascend_ext.patching import gates
-from verl_ascend_ext.runtime.process_record import DEFAULT_KEEP, DIR_ENV, KEEP_ENV
+from verl_ascend_ext.runtime.boot import RUNTIME_GATES
+from verl_ascend_ext.runtime.records.prune import DEFAULT_KEEP, KEEP_ENV
+from verl_ascend_ext.runtime.records.store import DIR_ENV
 from verl_ascend_ext.runtime.registry import registry
 
 BEGIN = "<!-- switches: generated from the declared gates and settings by `verl-ascend switches --write README.md` -->"
@@ -37,7 +39,8 @@ PACKAGE_VARIABLES = (
         "an error, not a silent no-op"),
     Row(DIR_ENV, "`<temp dir>/verl-ascend-ext-status-<uid>`",
         "where each process records what ran in it (`verl-ascend status`)"),
-    Row(KEEP_ENV, f"`{int(DEFAULT_KEEP)}` s", "seconds a dead process's record is kept"),
+    Row(KEEP_ENV, f"`{int(DEFAULT_KEEP)}` s", "seconds a dead process's record is kept after it was last written "
+        "(each process removes its own namespace's older ones at most hourly; `verl-ascend status --prune` all)"),
 )
 
 
@@ -53,7 +56,7 @@ def _shown(value: Any, unit: str) -> str:
 def rows() -> list[Row]:
     """Every row: the declared gates, the declared settings, then the package's own variables."""
     reg = registry()
-    out = [Row(g.env, "on" if g.default else "off", g.doc) for g in reg.gates]
+    out = [Row(g.env, "on" if g.default else "off", g.doc) for g in (*reg.gates, *RUNTIME_GATES)]
     out += [Row(s.env, _shown(s.default, s.unit), s.doc) for s in reg.settings]
     return [*out, *PACKAGE_VARIABLES]
 

@@ -6,18 +6,28 @@ temporary directory; nothing is installed or imported. The artifacts together st
 doctor's own prediction (``prediction.predict_all``) runs with module files and versions looked up in them only
 (``source.looking_in``) and with every gate on, as the GLM-5.2 recipe sets them. Exit 1 when a gated patch
 would be refused, 2 on unusable input.
+
+An artifact's version comes from its metadata (PKG-INFO, METADATA), a version file (verl), or, for a git checkout
+with neither, ``git describe --tags`` (the nearest tag: assumed, and said so), else it is unknown. A status never
+depends on it (records recognise code, not versions); what it tells is whether the vetted release lies in the
+releases each record's code was read on (``ranges``): outside them, the status stands on the fingerprint alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import tarfile
 import tempfile
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from verl_ascend_ext.patching.engine import source_definition
 from verl_ascend_ext.patching.prediction import predict_all
@@ -28,6 +38,7 @@ from verl_ascend_ext.runtime.registry import registry
 FOREIGN_PACKAGES = {"verl": "verl"}  # top-level packages of other copies' owners (ForeignCopy targets)
 VERSION_FILES = ("verl/version/version",)  # a verl checkout keeps its version here
 UNKNOWN = "unknown"
+GIT_DESCRIBE = re.compile(r"^v?(?P<tag>.+?)(?:-(?P<ahead>\d+)-g[0-9a-f]+)?$")  # v0.25.1rc1-12-g1a2b3c4
 
 
 class ArtifactError(ValueError):
@@ -43,6 +54,7 @@ class Artifact(NamedTuple):
     distribution: str  # the main one (the first whose version is known)
     version: str
     versions: dict[str, str]  # every distribution found -> version
+    sources: dict[str, str]  # every distribution found -> where its version came from (or why it is unknown)
 
 
 def top_packages() -> dict[str, str]:
@@ -93,21 +105,50 @@ def _tree(given: str, kind: str, d: Path, scratch: Path) -> Artifact:
         packages, meta_dirs = _packages_in(root, tops), [root, d]
         inner = root.relative_to(d).as_posix()
         shown = str(root) if kind == "directory" else f"{given}!" + ("" if inner == "." else f"/{inner}")
-    versions = {canonical_name(tops[p]): _artifact_version(p, tops[p], root, meta_dirs) for p in packages}
+    found = {canonical_name(tops[p]): _artifact_version(p, tops[p], root, meta_dirs, d if kind == "directory" else None)
+             for p in packages}
+    versions = {dist: version for dist, (version, _) in found.items()}
+    sources = {dist: source for dist, (_, source) in found.items()}
     distribution = next((d for d, v in versions.items() if v != UNKNOWN), next(iter(versions)))
-    return Artifact(given, kind, root, shown, packages, distribution, versions[distribution], versions)
+    return Artifact(given, kind, root, shown, packages, distribution, versions[distribution], versions, sources)
 
 
-def _artifact_version(package: str, distribution: str, root: Path, meta_dirs: list[Path]) -> str:
-    """The version of ``distribution`` in an artifact (not the installed one): from its metadata (PKG-INFO,
-    METADATA) or version file, else "unknown"."""
+def _artifact_version(package: str, distribution: str, root: Path, meta_dirs: list[Path],
+                      tree: Path | None) -> tuple[str, str]:
+    """The version of ``distribution`` in an artifact (not the installed one) and where it came from: its metadata
+    (PKG-INFO, METADATA), a version file, for a directory in a git checkout the nearest tag (``git_version``),
+    else "unknown" with why."""
     meta = _metadata_in(meta_dirs, {canonical_name(distribution)})
     if meta is not None:
-        return meta[1]
+        return meta[1], "metadata"
     for rel in VERSION_FILES:
         if rel.split("/")[0] == package and (root / rel).is_file():
-            return (root / rel).read_text(encoding="utf-8").strip()
-    return UNKNOWN
+            return (root / rel).read_text(encoding="utf-8").strip(), f"version file {rel}"
+    if tree is not None:
+        found = git_version(tree)
+        if found is not None:
+            return found
+    return UNKNOWN, "no metadata, no version file" + ("" if tree is None else ", no git tag")
+
+
+def git_version(tree: Path) -> tuple[str, str] | None:
+    """(version, how it was assumed) of a git checkout from ``git describe --tags``: its nearest tag, as a PEP 440
+    version; None when ``tree`` is not in a git checkout, has no tag, or git is not there."""
+    try:
+        proc = subprocess.run(["git", "-C", str(tree), "describe", "--tags"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    described = proc.stdout.strip()
+    match = GIT_DESCRIBE.match(described)
+    if proc.returncode != 0 or match is None:
+        return None
+    try:
+        version = str(Version(match["tag"]))
+    except InvalidVersion:
+        return None
+    ahead = f", {match['ahead']} commit(s) after it" if match["ahead"] else ""
+    return version, f"assumed from git describe: {described} (the nearest tag{ahead})"
 
 
 def _wanted(name: str) -> bool:
@@ -204,14 +245,15 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
         try:
             artifacts = [open_artifact(p, Path(tmp) / str(i)) for i, p in enumerate(paths)]
         except ArtifactError as err:
-            return {"artifacts": [], "patches": [], "foreign_copies": [], "errors": [str(err)], "exit_code": 2}, 2
+            return {"artifacts": [], "ranges": [], "patches": [], "foreign_copies": [], "errors": [str(err)],
+                    "exit_code": 2}, 2
         owners: dict[str, str] = {}
         for a in artifacts:
             for package in a.packages:
                 if package in owners:
                     message = (f"{a.path}: package '{package}' is also in {owners[package]}; vet one release of "
                                "each package at a time.")
-                    return {"artifacts": [], "patches": [], "foreign_copies": [], "errors": [message],
+                    return {"artifacts": [], "ranges": [], "patches": [], "foreign_copies": [], "errors": [message],
                             "exit_code": 2}, 2
                 owners[package] = a.path
         reg = registry()
@@ -233,7 +275,9 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
     code = 1 if refused else 0
     report = {
         "artifacts": [{"path": a.path, "kind": a.kind, "distribution": a.distribution, "version": a.version,
-                       "packages": list(a.packages), "versions": a.versions} for a in artifacts],
+                       "version_source": a.sources[a.distribution], "packages": list(a.packages),
+                       "versions": a.versions, "version_sources": a.sources} for a in artifacts],
+        "ranges": ranges(reg.records, {d: v for a in artifacts for d, v in a.versions.items()}),
         "gates": sorted(environ),
         "patches": patches,
         "foreign_copies": copies,
@@ -241,6 +285,29 @@ def vet(paths: list[str]) -> tuple[dict[str, Any], int]:
         "exit_code": code,
     }
     return report, code
+
+
+def ranges(records: tuple[PatchRecord, ...], versions: dict[str, str]) -> list[dict[str, Any]]:
+    """For each vetted distribution's records: the releases its code was read on (the record's ``versions``) and
+    whether the vetted version lies in them, with what that means for its status."""
+    rows = []
+    for record in records:
+        version = versions.get(canonical_name(record.distribution))
+        if version is None:
+            continue
+        try:
+            inside = Version(version) in SpecifierSet(record.versions, prereleases=True)
+        except InvalidVersion:
+            inside = None
+        meaning = {
+            True: "inside: the record was written on this code; its status is the fingerprint's verdict on it",
+            False: "outside: the record was read on other releases; its status stands on the fingerprint alone "
+                   "(fixed-upstream / refused / will-apply by what the code does)",
+            None: "cannot tell (the version is unknown); the status comes from the code alone",
+        }[inside]
+        rows.append({"id": record.id, "distribution": record.distribution, "versions": record.versions,
+                     "vetted": version, "inside": inside, "meaning": meaning})
+    return rows
 
 
 def shown_paths(text: str, names: dict[str, str]) -> str:
@@ -256,8 +323,11 @@ def format_report(report: dict[str, Any]) -> str:
     out = ["verl-ascend vet", ""]
     if report["artifacts"]:
         out += ["Artifacts"]
-        out.append(tables.table([[a["distribution"], a["version"], a["kind"], a["path"]] for a in report["artifacts"]],
-                          ["distribution", "version", "kind", "path"]))
+        out.append(tables.table([[a["distribution"], a["version"], a["version_source"], a["kind"], a["path"]]
+                                 for a in report["artifacts"]], ["distribution", "version", "from", "kind", "path"]))
+        out += ["", "What the versions mean for each record's range (the releases its code was read on)"]
+        out.append(tables.table([[r["id"], r["versions"], r["vetted"], r["meaning"]] for r in report["ranges"]],
+                                ["id", "range", "vetted", "meaning"]))
         out += ["", f"Patches (as if installed, with {', '.join(report['gates'])} on)"]
         out.append(tables.table([[p["id"], p["status"], p["target"]] for p in report["patches"]],
                           ["id", "status", "target"]))

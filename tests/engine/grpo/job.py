@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,16 +38,20 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
-from grpo.recipe_overrides import merged
-from subprocesses import scrubbed_env
+from grpo.recipe_overrides import merged, recipe_overrides
+from repo import CACHE, script_module
+from subprocesses import run_command, scrubbed_env
 
-from verl_ascend_ext.runtime.process_record import alive, read_records
-from verl_ascend_ext.runtime.status_report import idle
+from verl_ascend_ext.runtime.records.identity import alive
+from verl_ascend_ext.runtime.records.reader import collect, read_records
+from verl_ascend_ext.runtime.records.report import idle
+
+if TYPE_CHECKING:
+    from grpo.jobs import JobSpec
 
 HERE = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("VERL_ASCEND_EXT_CACHE", Path.home() / ".cache" / "verl-ascend-ext"))
 MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes both
 DATA = CACHE / "grpo-arithmetic-v1"
 OVERLAY = {"0.9.0": Path(sys.prefix) / "verl-0.9.0-overlay"}  # scripts/setup_vllm_engine.sh; 0.9.1 is installed
@@ -56,13 +61,15 @@ GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 MARK = "VERL_ASCEND_EXT_GRPO_JOB"  # the job's processes carry it (scrubbed from test subprocesses: VERL_ASCEND_)
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 TEARDOWN = 30.0  # seconds Ray gets to end the job's processes after the driver exited
+CLI = str(Path(sys.executable).with_name("verl-ascend"))
 
 
 @dataclass
 class Job:
-    """One finished job: its directory, return code, log and what it left there."""
+    """One finished job: its declaration, directory, return code, log and what it left there, and what
+    ``verl-ascend status`` says about it."""
 
-    name: str
+    spec: JobSpec
     directory: Path
     returncode: int
     wall: float
@@ -70,6 +77,53 @@ class Job:
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> what verl's console logger printed
 
     checkpoint_dir: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def ok(self) -> Job:
+        assert self.returncode == 0, self.explain()
+        return self
+
+    def as_planned(self) -> Job:
+        """The job ran as declared: a faulted job failed by its fault (exit 1, its log naming the planned error),
+        another ended well."""
+        if self.spec.planned is None:
+            return self.ok()
+        assert self.returncode == 1 and self.spec.planned in self.log, self.explain()
+        return self
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every process record of the job, as ``verl-ascend status`` reads them (``records.reader.collect``)."""
+        return collect(str(self.status_dir))[0]
+
+    def by_role(self) -> dict[str, list[dict[str, Any]]]:
+        """The records by role, a Ray actor's with its class (``ray-worker WorkerDict``)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for rec in self.records():
+            out.setdefault(rec["role"] + (f" {rec['actor_class']}" if rec.get("actor_class") else ""), []).append(rec)
+        return out
+
+    def ranks(self, actor_class: str = "WorkerDict") -> list[dict[str, Any]]:
+        """The records of the actor ranks (every rank of a 2-rank job, asserted)."""
+        recs = [r for r in self.records() if r.get("actor_class") == actor_class]
+        assert len(recs) == self.spec.ranks, [(r["pid"], r["role"]) for r in recs]
+        return recs
+
+    def rank(self, rank: int, actor_class: str = "WorkerDict") -> dict[str, Any]:
+        (rec,) = [r for r in self.records() if r.get("actor_class") == actor_class and r["ranks"].get("rank") == rank]
+        return rec
+
+    def status_json(self) -> dict[str, Any]:
+        """What ``verl-ascend status --json --dir`` says about the job (exit 1 when it failed, else 0)."""
+        proc = run_command([CLI, "status", "--json", "--dir", str(self.status_dir)], check=False)
+        assert proc.returncode == (1 if self.returncode else 0), proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    def status_text(self) -> str:
+        """What ``verl-ascend status --dir`` prints about the job."""
+        return run_command([CLI, "status", "--dir", str(self.status_dir)], check=False).stdout
 
     @property
     def checkpoints(self) -> Path:
@@ -193,21 +247,27 @@ def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume
     return out
 
 
-def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool = True, ranks: int = 2,
-            steps: int = 2, save_freq: int = 2, resume_from: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 900, megatron: dict[str, int] | None = None, recipe: list[str] | None = None,
-            checkpoints: Path | None = None) -> Job:
-    """Run one training job in ``directory`` (created) and return what it did; ``distill``: with the teacher;
-    ``megatron``: verl's Megatron actor with that layout (``megatron_overrides``); ``recipe``: overrides taken
-    from a shipped recipe (``recipe_overrides``: where they set a key the job sets too, theirs win);
-    ``checkpoints``: the checkpoint directory (default ``directory/ckpt``; another job's to resume from it)."""
+def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: float = 900) -> Job:
+    """Run the job ``spec`` declares in ``directory`` (created) and return what it did; ``before``: the job whose
+    checkpoint it resumes (``spec.resumes``)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokens").mkdir(exist_ok=True)
-    path = [str(OVERLAY[verl])] if verl in OVERLAY else []
+    megatron = spec.layout if spec.actor == "megatron" else None
+    resume_from, checkpoints = None, None
+    if before is not None and spec.resume_step is not None:
+        resume_from = before.checkpoints / f"global_step_{spec.resume_step}"
+    elif before is not None:  # on a copy of that job's checkpoint directory, which stays as it was
+        checkpoints = directory / "ckpt"
+        shutil.copytree(before.checkpoints, checkpoints)
+    recipe: list[str] = []
+    if spec.recipe is not None:
+        config_name, recipe, _ = recipe_overrides(spec.recipe)
+        assert config_name == ("ppo_megatron_trainer" if megatron is not None else "ppo_trainer"), config_name
+    path = [str(OVERLAY[spec.verl])] if spec.verl in OVERLAY else []
     if megatron is not None:
         path.append(str(MEGATRON))
     modules = "verl_cpu_test_platform,grpo_probe" + (",transfer_to_cpu" if megatron is not None else "")
-    marker = f"{name}-{uuid.uuid4().hex[:12]}"
+    marker = f"{spec.name}-{uuid.uuid4().hex[:12]}"
     cluster_env = scrubbed_env({  # what the Ray cluster starts with: the test's infrastructure, none of our gates
         "VERL_USE_EXTERNAL_MODULES": modules,
         "VERL_PLATFORM": "cpu-test",
@@ -217,20 +277,22 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool 
         "GRPO_PROBE_ORDERED_BATCH": "1",  # the training batch in data order, not finishing order (see grpo_probe)
         "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1",
         "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray on loopback only
-        MARK: marker, **(env or {}),
+        MARK: marker, **spec.faults,
     }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
     driver_env = {**cluster_env,
-                  GATE: "1" if gate else "0",  # the driver only: the plugin carries it to every Ray worker
+                  GATE: "1" if spec.gate else "0",  # the driver only: the plugin carries it to every Ray worker
                   "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status")}
     log_path = directory / "job.log"
     started = time.monotonic()
     with open(log_path, "w") as log:
         try:
-            head, address = start_ray(ranks + distill, cluster_env, log)  # actor ranks (and the teacher's replica)
+            # actor ranks (and the teacher's replica)
+            head, address = start_ray(spec.ranks + spec.teacher, cluster_env, log)
             config = ["--config-name", "ppo_megatron_trainer"] if megatron is not None else []
-            own = overrides(directory, ranks=ranks, steps=steps, save_freq=save_freq, resume_from=resume_from,
-                            ray_address=address, distill=distill, megatron=megatron, checkpoints=checkpoints)
-            argv = [sys.executable, "-m", "verl.trainer.main_ppo", *config, *merged(own, recipe or [])]
+            own = overrides(directory, ranks=spec.ranks, steps=spec.steps, save_freq=spec.save_every,
+                            resume_from=resume_from, ray_address=address, distill=spec.teacher, megatron=megatron,
+                            checkpoints=checkpoints)
+            argv = [sys.executable, "-m", "verl.trainer.main_ppo", *config, *merged(own, recipe)]
             proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
@@ -245,12 +307,12 @@ def run_job(name: str, directory: Path, *, verl: str, gate: bool, distill: bool 
         finally:
             kill_job(None, marker)
     wall = time.monotonic() - started
-    if os.environ.get("CI_PHASE_LOG"):  # scripts/test.sh's table of phases: each training job's wall time
-        outcome = "ok" if returncode == 0 else f"exit {returncode}"
-        with open(os.environ["CI_PHASE_LOG"], "a") as phases:
-            phases.write(f"  training job {name} (verl {verl})\t{wall:.0f}\t{outcome}\tinner\n")
+    if os.environ.get("CI_PHASE_LOG"):  # scripts/test.sh's table of phases (scripts/phases.py): each job's wall time
+        phases = script_module("phases")
+        phases.add(os.environ["CI_PHASE_LOG"], f"{phases.INNER}training job {spec.name} (verl {spec.verl})", wall,
+                   "ok" if returncode == 0 else f"exit {returncode}")
     text = log_path.read_text(errors="replace")
-    return Job(name, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints)
+    return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints)
 
 
 def start_ray(gpus: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:

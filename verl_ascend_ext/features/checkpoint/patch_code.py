@@ -11,13 +11,11 @@ from verl_ascend_ext.features.checkpoint.conversions import FSDP_MASTER_WEIGHTS,
 from verl_ascend_ext.features.checkpoint.declaration import EXPORT_CHECK, EXPORT_CHECK_FSDP
 from verl_ascend_ext.features.checkpoint.export_check import (
     ExportCheckError,
-    ExportInputError,
     check_export,
     export_check_mode,
 )
 from verl_ascend_ext.features.checkpoint.provenance import write_beside
-from verl_ascend_ext.patching.status import exercised
-from verl_ascend_ext.runtime.process_record import raised
+from verl_ascend_ext.patching.status import acted
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -44,7 +42,7 @@ def _check_saved(record_id: str, manager: Any, hf_ckpt_path: str, mode: str,
 
     The record counts as exercised once the status is beside the export (with the check's mode off, that is all
     it does); before the comparison, so that a failing check is still counted as having acted."""
-    exercised(record_id)
+    acted(record_id)
     status = write_beside(hf_ckpt_path)  # which fixes were active when this checkpoint was produced
     if mode == "off":
         return
@@ -56,16 +54,10 @@ def _check_saved(record_id: str, manager: Any, hf_ckpt_path: str, mode: str,
         if mode == "error":
             from verl_ascend_ext.features.checkpoint.export_check import MODE_ENV
 
-            no_reference = ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
-            raised(no_reference, record_id)
-            raise no_reference
+            raise ExportCheckError(f"{message}. Fix: use a local model path, or set {MODE_ENV}=warn or off.")
         logger.warning("%s", message)
         return
-    try:
-        check_export(hf_ckpt_path, reference, mode, plugin_status=status, conversions=conversions)
-    except (ExportCheckError, ExportInputError) as err:
-        raised(err, record_id)
-        raise
+    check_export(hf_ckpt_path, reference, mode, plugin_status=status, conversions=conversions)
 
 
 def check_hf_export(original: Any, instance: Any, *args: Any, **kwargs: Any) -> Any:

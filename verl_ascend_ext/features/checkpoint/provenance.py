@@ -1,7 +1,7 @@
 """What was active when a checkpoint was saved: the driver's process record and the job's status summary.
 
 Called by the export-check wrapper at save time (rank 0, after verl's export). The saving process reads
-the status directory of its node (``runtime.process_record``; namespaces ``local`` and its own Ray session), so a
+the status directory of its node (``runtime.records``; namespaces ``local`` and its own Ray session), so a
 driver on another node is not visible from here: the file then says so instead of guessing. When the
 saving process is itself the driver (no Ray), its own record is the driver's.
 """
@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl_ascend_ext.runtime import process_record as rr
+from verl_ascend_ext.runtime.records import recorder, store
+from verl_ascend_ext.runtime.records.schema import DRIVER, LOCAL_NAMESPACE
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -24,14 +25,15 @@ STATUS_FILE = "verl_ascend_ext.status.json"
 
 def job_status() -> dict[str, Any]:
     """The saving process's record, the driver's record (or why it is missing) and the job summary."""
-    from verl_ascend_ext.runtime.status_report import aggregate, collect
+    from verl_ascend_ext.runtime.records.reader import collect
+    from verl_ascend_ext.runtime.records.report import aggregate
 
-    own = rr.current_record()
-    namespaces = [rr.LOCAL_NAMESPACE] + ([own["namespace"]] if own and own["namespace"] != rr.LOCAL_NAMESPACE else [])
-    records, notes = collect(rr.base_dir(), namespaces)
+    own = recorder.current_record()
+    namespaces = [LOCAL_NAMESPACE] + ([own["namespace"]] if own and own["namespace"] != LOCAL_NAMESPACE else [])
+    records, notes = collect(store.base_dir(), namespaces)
     report = aggregate(records, notes)
     driver: dict[str, Any] | None = None
-    if own is not None and own["role"] == rr.DRIVER:
+    if own is not None and own["role"] == DRIVER:
         driver = own
     elif report["driver"] is not None:
         driver = next(r for r in records if (r.get("host"), r.get("pid")) ==
@@ -39,11 +41,11 @@ def job_status() -> dict[str, Any]:
         driver = {k: v for k, v in driver.items() if k != "file"}
     return {
         "saved_at": time.time(),
-        "status_dir": rr.base_dir(),
+        "status_dir": store.base_dir(),
         "saved_by": own,
         "driver": driver,
         "driver_note": None if driver is not None else
-        f"no active driver record in {rr.base_dir()} on this node (the driver runs on another node, or its "
+        f"no active driver record in {store.base_dir()} on this node (the driver runs on another node, or its "
         "directory differs); see `verl-ascend status --ray` while the job runs",
         "summary": report["summary"], "by_role": report["by_role"], "active": report["active"],
         "problems": report["problems"],

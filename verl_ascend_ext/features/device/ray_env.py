@@ -19,6 +19,7 @@ from typing import Any
 
 from verl_ascend_ext.features.device.env import package_env
 from verl_ascend_ext.features.device.targets import CONSTANTS, RAY_RECORD_ID, RUNTIME_ENV_FUNCTION
+from verl_ascend_ext.patching.status import acted
 
 logger = logging.getLogger("verl_ascend_ext.features.device")
 
@@ -28,6 +29,7 @@ def forward_gates(original: Any, *args: Any, **kwargs: Any) -> Any:
     runtime_env = original(*args, **kwargs)
     ours = package_env()
     if ours:
+        acted(RAY_RECORD_ID)
         env_vars = runtime_env.setdefault("env_vars", {})
         for name, value in ours.items():
             env_vars.setdefault(name, value)

@@ -35,6 +35,7 @@ FSDP2_TOPK = PatchRecord(
     upstream="verl PR #7837 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
     traced=False,
+    acts_when="the top-k distillation loss runs with strategy fsdp2",
 )
 
 TEACHER_PADDING = PatchRecord(
@@ -62,6 +63,7 @@ TEACHER_PADDING = PatchRecord(
     upstream="verl PR #7858 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
     traced=False,
+    acts_when="a padding template carries teacher fields (on-policy distillation)",
 )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from verl_ascend_ext.features.distillation.declaration import EMPTY_MICRO_BATCH
-from verl_ascend_ext.patching.status import exercised
+from verl_ascend_ext.features.distillation.declaration import EMPTY_MICRO_BATCH, FSDP2_TOPK, TEACHER_PADDING
+from verl_ascend_ext.patching.status import acted
 
 
 class _StrategyView:
@@ -25,6 +25,7 @@ class _StrategyView:
 def topk_loss_fsdp2_as_fsdp(original: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
     """``compute_topk_loss`` for ``strategy='fsdp2'``: run verl's own code as for ``'fsdp'`` (FSDP2 is FSDP)."""
     if getattr(config, "strategy", None) == "fsdp2":
+        acted(FSDP2_TOPK.id)
         config = _StrategyView(config, "fsdp")
     return original(config, *args, **kwargs)
 
@@ -35,6 +36,8 @@ def rebuild_teacher_fields(original: Any, *args: Any, **kwargs: Any) -> Any:
     eos_token_id = kwargs["eos_token_id"] if "eos_token_id" in kwargs else args[2]
     seq_len = template_sample["input_ids"].size(0)
     teacher_ids = template_sample.get("teacher_ids")
+    if teacher_ids is not None or template_sample.get("teacher_logprobs") is not None:
+        acted(TEACHER_PADDING.id)
     if teacher_ids is not None:
         template_sample["teacher_ids"] = teacher_ids.new_full((seq_len, *teacher_ids.shape[1:]), eos_token_id)
     teacher_logprobs = template_sample.get("teacher_logprobs")
@@ -59,7 +62,7 @@ def empty_micro_batch_adds_zero(original: Any, config: Any, distillation_config:
     mask = data["response_mask"]
     if bool((mask.values() if mask.is_nested else mask).any()):
         return original(config, distillation_config, model_output, data)
-    exercised(EMPTY_MICRO_BATCH.id)
+    acted(EMPTY_MICRO_BATCH.id)
     counted = data.copy()  # shallow: the same tensors, the mask replaced in the copy only
     counted["response_mask"] = torch.ones_like(mask)
     loss, metrics = original(config, distillation_config, model_output, counted)

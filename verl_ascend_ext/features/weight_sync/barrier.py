@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 from verl_ascend_ext.features.weight_sync.declaration import BARRIER_TIMEOUT, KV_BARRIER
-from verl_ascend_ext.runtime.process_record import raised
 
 PREFIX = "verl_ascend_ext/kv_barrier"
 
@@ -75,21 +74,17 @@ def bounded_barrier(timeout: float | None = None) -> None:
         except RuntimeError as err:  # DistStoreError on expiry (a RuntimeError subclass)
             missing = [r for r in range(world) if not store.check([_key(generation, r)])]
             if missing:  # else everyone arrived just as the wait expired
-                timeout_error = WeightSyncBarrierTimeout(_message(store, missing, rank, world, seconds))
-                raised(timeout_error, KV_BARRIER.id)
-                raise timeout_error from err
+                raise WeightSyncBarrierTimeout(_message(store, missing, rank, world, seconds)) from err
         if generation > 1:  # every rank got past the previous generation: its key is no longer read
             store.delete_key(_key(generation - 1, rank))
     except WeightSyncBarrierTimeout:
         raise
     except RuntimeError as err:  # the store itself is gone or broken
-        store_error = WeightSyncBarrierTimeout(
+        raise WeightSyncBarrierTimeout(
             f"verl-ascend-ext {KV_BARRIER.id}: rank {rank} of {world} could not reach the process group's store to "
             f"meet the other ranks before the KV-cache resume ({type(err).__name__}: {err}). With env:// "
             "initialisation the store lives in rank 0's process (MASTER_ADDR:MASTER_PORT): rank 0 has probably "
-            "died; read its log. The KV cache was not resumed on this rank.")
-        raised(store_error, KV_BARRIER.id)
-        raise store_error from err
+            "died; read its log. The KV cache was not resumed on this rank.") from err
 
 
 def _message(store: Any, missing: list[int], rank: int, world: int, seconds: float) -> str:

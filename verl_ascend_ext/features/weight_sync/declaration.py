@@ -73,6 +73,7 @@ KV_BARRIER = PatchRecord(
     upstream="verl PR #7851 (in verl 0.9.1: a barrier without a bound); bounded: none yet",
     remove_when="verl's barrier before the KV-cache resume is bounded and names the missing ranks",
     traced=False,
+    acts_when="update_weights resumes a colocated rollout's KV cache on more than one rank (hybrid mode)",
 )
 
 LIGHT_EMPTY_CACHE = PatchRecord(
@@ -104,6 +105,7 @@ LIGHT_EMPTY_CACHE = PatchRecord(
     upstream="verl PR #7864 (in verl 0.9.1)",
     remove_when="the minimum supported verl is 0.9.1",
     traced=False,
+    acts_when="update_weights empties the device cache on the weight-sync path (hybrid mode)",
     needs=(KV_BARRIER,),  # its update_weights replacement marks the calls to make light
 )
 

@@ -1,4 +1,10 @@
-"""Replacement code of the weight-sync patches (imported only when a patch is applied)."""
+"""Replacement code of the weight-sync patches (imported only when a patch is applied).
+
+The barrier and the light clean-up act only on verl's hybrid-mode sync, where ``update_weights`` pushes weights into
+a colocated rollout and resumes its KV cache. Elsewhere they call verl's code as it is and report where they stood
+down (``status.stood_down``): a rollout in its own pool (fully-async, disaggregated; weights go through a checkpoint
+engine), a single rank, no process group, a sync that resumed no KV cache.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,41 @@ from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
-# True while ``ActorRolloutRefWorker.update_weights`` runs (set by its replacement below, in its task's context:
-# concurrent coroutines and other threads do not see it). Both targets run eagerly, never traced.
-_in_update_weights: ContextVar[bool] = ContextVar("verl_ascend_ext_in_update_weights", default=False)
+from verl_ascend_ext.features.weight_sync.declaration import KV_BARRIER, LIGHT_EMPTY_CACHE
+from verl_ascend_ext.patching.status import acted, stood_down
+
+NO_ROLLOUT = "no colocated rollout: it runs in its own pool (fully-async, disaggregated), synced by a checkpoint engine"
+ONE_RANK = "a single rank: no other rank to wait for"
+NO_GROUP = "no torch.distributed process group"
+NO_KV_RESUME = "update_weights resumed no KV cache in this call"
+
+
+class _Sync:
+    """One ``update_weights`` call: whether the barrier before its KV-cache resume ran."""
+
+    __slots__ = ("barrier_met",)
+
+    def __init__(self) -> None:
+        self.barrier_met = False
+
+
+# The ``update_weights`` call in progress (set by its replacement below, in its task's context: concurrent
+# coroutines and other threads do not see it). Both targets run eagerly, never traced.
+_in_update_weights: ContextVar[_Sync | None] = ContextVar("verl_ascend_ext_in_update_weights", default=None)
 _shim_lock = threading.Lock()  # module stand-ins (``asyncio``, ``gc``) are installed once per module
+
+
+def _no_barrier_needed(self: Any) -> str | None:
+    """Why this worker's sync needs no barrier (a stand-down path), or None."""
+    import torch.distributed as dist
+
+    if getattr(self, "rollout", None) is None:
+        return NO_ROLLOUT
+    if not dist.is_available() or not dist.is_initialized():
+        return NO_GROUP
+    if dist.get_world_size() == 1:
+        return ONE_RANK
+    return None
 
 
 async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -26,27 +63,36 @@ async def barrier_before_kv_resume(original: Any, self: Any, *args: Any, **kwarg
     before ``resume(tags=['kv_cache'])``.
     It also marks the call (``_in_update_weights``) for ``light_empty_cache_in_update_weights``.
     """
-    token = _in_update_weights.set(True)
+    sync = _Sync()
+    token = _in_update_weights.set(sync)
     try:
-        return await _with_kv_barrier(original, self, *args, **kwargs)
+        result = await _with_kv_barrier(original, self, sync, *args, **kwargs)
     finally:
         _in_update_weights.reset(token)
+    _report_stand_down(self, sync)
+    return result
 
 
-async def _with_kv_barrier(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
-    import torch.distributed as dist
+def _report_stand_down(self: Any, sync: _Sync) -> None:
+    """After a call that returned: where the barrier was not needed, or not reached, say so."""
+    if not sync.barrier_met:
+        stood_down(KV_BARRIER.id, _no_barrier_needed(self) or NO_KV_RESUME)
 
+
+async def _with_kv_barrier(original: Any, self: Any, sync: _Sync, *args: Any, **kwargs: Any) -> Any:
     from verl_ascend_ext.features.weight_sync.barrier import bounded_barrier
 
-    rollout = getattr(self, "rollout", None)
-    if rollout is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+    if _no_barrier_needed(self) is not None:
         return await original(self, *args, **kwargs)
+    rollout = self.rollout
     resume = rollout.resume
     shadowed = "resume" in vars(rollout)
 
     async def resume_after_barrier(*r_args: Any, **r_kwargs: Any) -> Any:
         tags = r_kwargs.get("tags", r_args[0] if r_args else None)
         if tags is not None and "kv_cache" in tags:
+            sync.barrier_met = True
+            acted(KV_BARRIER.id)
             await asyncio.to_thread(bounded_barrier)
         return await resume(*r_args, **r_kwargs)
 
@@ -69,11 +115,14 @@ async def bounded_upstream_barrier(original: Any, self: Any, *args: Any, **kwarg
     ``asyncio`` unchanged.
     """
     _asyncio_shim_for(sys.modules[getattr(original, "__module__", None) or type(self).__module__])
-    token = _in_update_weights.set(True)
+    sync = _Sync()
+    token = _in_update_weights.set(sync)
     try:
-        return await original(self, *args, **kwargs)
+        result = await original(self, *args, **kwargs)
     finally:
         _in_update_weights.reset(token)
+    _report_stand_down(self, sync)
+    return result
 
 
 class _AsyncioWithBoundedBarrier(ModuleType):
@@ -87,9 +136,12 @@ class _AsyncioWithBoundedBarrier(ModuleType):
         return getattr(asyncio, name)
 
     async def to_thread(self, func: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if not args and not kwargs and _in_update_weights.get() and func is _distributed_barrier():
+        sync = _in_update_weights.get()
+        if not args and not kwargs and sync is not None and func is _distributed_barrier():
             from verl_ascend_ext.features.weight_sync.barrier import bounded_barrier
 
+            sync.barrier_met = True
+            acted(KV_BARRIER.id)
             func = bounded_barrier
         return await asyncio.to_thread(func, *args, **kwargs)
 
@@ -122,7 +174,8 @@ def light_empty_cache_in_update_weights(original: Any, *args: Any, **kwargs: Any
 
     The weight-sync-kv-barrier replacement of ``update_weights`` marks the call (the record ``needs`` it).
     """
-    if _in_update_weights.get():
+    if _in_update_weights.get() is not None:
+        acted(LIGHT_EMPTY_CACHE.id)
         return light_empty_cache()
     return original(*args, **kwargs)
 

@@ -4,7 +4,7 @@ Uses the doctor's machinery (``doctor_ray``: connection with a fail-fast reachab
 bounding the whole command by ``--timeout``, one ``num_cpus=0`` task pinned to each alive node). The
 task (``node_records``, imported by reference: every node that ran the plugin has it installed) reads
 the node's status directory, namespaces ``local`` and the cluster's Ray session (the task runs in that
-session), with this host's liveness, dead-marking and pruning, and returns the records.
+session), with this host's liveness (reading only), and returns the records.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ def node_records(directory: str | None) -> dict[str, Any]:
     """Run on one node: its records (``directory`` or the node's default status directory) and notes."""
     import platform
 
-    from verl_ascend_ext.runtime import process_record as rr
-    from verl_ascend_ext.runtime.status_report import collect
+    from verl_ascend_ext.runtime.records.identity import ray_session
+    from verl_ascend_ext.runtime.records.reader import collect
+    from verl_ascend_ext.runtime.records.schema import LOCAL_NAMESPACE
+    from verl_ascend_ext.runtime.records.store import base_dir
 
-    base = directory or rr.base_dir()
-    namespaces = [rr.LOCAL_NAMESPACE]
-    session = rr.ray_session(sys.argv)
+    base = directory or base_dir()
+    namespaces = [LOCAL_NAMESPACE]
+    session = ray_session(sys.argv)
     if session is not None:
         namespaces.append(session)
     records, notes = collect(base, namespaces)

@@ -123,7 +123,7 @@ def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) 
     for row in (*rows.values(), *setting_report(environ)):
         if row["error"]:
             findings.append(Finding("gates", row["env"], ERROR, row["error"]))
-    findings += _expected_patch_findings(manifest, environ)
+    findings += expected_patch_findings(manifest, environ)
     for var, values in manifest.forbids:
         raw = environ.get(var)
         if raw is not None and raw.strip().lower() in values:
@@ -132,7 +132,7 @@ def gate_findings(manifest: Manifest, script: Path, environ: Mapping[str, str]) 
     return findings
 
 
-def _expected_patch_findings(manifest: Manifest, environ: Mapping[str, str]) -> list[Finding]:
+def expected_patch_findings(manifest: Manifest, environ: Mapping[str, str]) -> list[Finding]:
     """Patches the recipe relies on must be predicted on (not off by kill switch or gate, refused or undecided)."""
     if not manifest.expects_patches:
         return []

@@ -17,35 +17,35 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from verl_ascend_ext.runtime import process_record as rr
+from verl_ascend_ext.runtime.records import store as status_store
 
 SUBDIR = ".selftest"
 
 
 def _dir_fd(base: str, create: bool) -> int:
-    os.close(rr.open_base(base, create=create))  # checks the status directory itself first
-    return rr.open_base(os.path.join(base, SUBDIR), create=create)
+    os.close(status_store.open_base(base, create=create))  # checks the status directory itself first
+    return status_store.open_base(os.path.join(base, SUBDIR), create=create)
 
 
 def save(report: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
     """Store ``report`` as this host's last result: (path, "") or (None, why it was not stored)."""
-    base = rr.base_dir(environ)
+    base = status_store.base_dir(environ)
     name = f"{socket.gethostname()}.json"
     try:
         fd = _dir_fd(base, create=True)
         try:
-            rr.write_atomic(fd, name, json.dumps(report, separators=(",", ":")).encode())
+            status_store.write_atomic(fd, name, json.dumps(report, separators=(",", ":")).encode())
         finally:
             os.close(fd)
     except (OSError, ValueError, TypeError) as err:
-        return None, (f"not stored ({type(err).__name__}: {err}); set {rr.DIR_ENV} to a private directory this "
-                      "user owns")
+        return None, (f"not stored ({type(err).__name__}: {err}); set {status_store.DIR_ENV} to a private "
+                      "directory this user owns")
     return os.path.join(base, SUBDIR, name), ""
 
 
 def load(environ: Mapping[str, str] | None = None, base: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Every host's last result in the status directory (newest first) and notes on what was ignored."""
-    base = base or rr.base_dir(environ)
+    base = base or status_store.base_dir(environ)
     try:
         fd = _dir_fd(base, create=False)
     except FileNotFoundError:

@@ -113,6 +113,7 @@ KV_B_PROJ = PatchRecord(
     upstream=UPSTREAM_GLM52,
     remove_when=REMOVE_GLM52,
     traced=False,
+    acts_when="the attention layer has a kv_b_proj to keep",
     foreign_markers=(VERL_MARKER,),
     exposes_markers=(VERL_MARKER,),
     foreign_copies=(_verl_copy("patch_vllm_ascend_glm52", r"_patch_glm52_sfa_kv_b_proj_disposal\(sfa_v1\)",

@@ -65,6 +65,8 @@ WAKE_UP = PatchRecord(
     upstream=UPSTREAM,
     remove_when=REMOVE_WHEN,
     traced=False,
+    acts_when="a wake-up leaves part of the engine asleep (verl wakes the weights before the KV cache): scheduling "
+              "stays paused",
     foreign_markers=(VERL_MARKER,),
     exposes_markers=(VERL_MARKER,),
     foreign_copies=(VERL_COPY,),
@@ -102,6 +104,7 @@ DUMMY_BATCH = PatchRecord(
     upstream=UPSTREAM,
     remove_when=REMOVE_WHEN,
     traced=False,
+    acts_when="a sleeping data-parallel engine is asked for a dummy forward",
     foreign_markers=(VERL_MARKER,),
     exposes_markers=(VERL_MARKER,),
     foreign_copies=(VERL_COPY,),

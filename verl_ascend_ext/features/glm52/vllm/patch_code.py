@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-ENTRY_PATCH_ID = "glm52-vllm-engine-core-entry"
+from verl_ascend_ext.features.glm52.vllm.declaration import DUMMY_BATCH, ENGINE_CORE_ENTRY, WAKE_UP
+from verl_ascend_ext.patching.replacement import reported
+from verl_ascend_ext.patching.status import acted
+
+ENTRY_PATCH_ID = ENGINE_CORE_ENTRY.id
 
 
 def resume_only_when_awake(original: Any, self: Any, tags: list[str] | None = None) -> None:
@@ -25,6 +29,8 @@ def resume_only_when_awake(original: Any, self: Any, tags: list[str] | None = No
         self.model_executor.wake_up(tags)
     if not self.model_executor.is_sleeping:
         self.resume_scheduler()
+    else:  # where vLLM 0.23 resumed scheduling on an engine whose KV cache still sleeps
+        acted(WAKE_UP.id)
 
 
 def skip_dummy_batch_while_asleep(original: Any, self: Any) -> Any:
@@ -34,10 +40,12 @@ def skip_dummy_batch_while_asleep(original: Any, self: Any) -> Any:
     as in vLLM 0.24.0 where only the dummy forward is skipped.
     """
     if self.model_executor.is_sleeping:
+        acted(DUMMY_BATCH.id)
         return None
     return original(self)
 
 
+@reported(ENTRY_PATCH_ID)
 def run_engine_core(*args: Any, **kwargs: Any) -> Any:
     """The engine-core process entry point: boot the plugin here, then run vLLM's ``run_engine_core``.
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl_ascend_ext.features.glm52.ascend.declaration import KV_B_PROJ
+from verl_ascend_ext.patching.status import acted
+
 
 def keep_kv_b_proj(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     """``AscendSFAImpl.process_weights_after_loading`` whose ``kv_b_proj`` comes out with its weights.
@@ -23,6 +26,7 @@ def keep_kv_b_proj(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
         return original(self, *args, **kwargs)
     import torch
 
+    acted(KV_B_PROJ.id)
     kept = {name: value.detach() for name, value in _tensor_attributes(layer, torch.Tensor)}
     result = original(self, *args, **kwargs)
     with torch.no_grad():

@@ -1,8 +1,7 @@
-"""`verl-ascend status`: what really ran, gathered from the per-process records (``process_record``).
+"""What `verl-ascend status` reports: the records of any number of hosts (``reader.collect``) turned into counts
+per patch and role, and problems.
 
-``collect`` reads one status directory (this host's records get ``alive`` from /proc, dead ones are marked
-and later pruned, a live Ray worker's actor class is read from its current title); ``aggregate`` turns
-the records of any number of hosts into the report: per patch (and per role) the count of each status
+``aggregate`` turns the records into the report: per patch (and per role) the count of each status
 over active processes, and the problems:
 
 - a process where a patch its environment turned on is not applied / fixed-upstream / already-applied
@@ -24,7 +23,7 @@ processes are listed (``alive: false``) and are never compared or flagged. An id
 given an actor, no target module imported) is listed but not counted. Exit 0 fine, 1 any problem, 2
 the Ray cluster could not be reached (``--ray``, see ``cluster.status_ray``).
 
-First of all the report holds the job's ``outcome`` (``job_outcome``): running, ended well or failed, and for
+First of all the report holds the job's ``outcome`` (``outcome``): running, ended well or failed, and for
 a failed job the process that failed first (role with its rank, host, pid, how), the root cause as far as the
 records show it, and how the rest ended. A failed job exits 1 too.
 """
@@ -32,36 +31,17 @@ records show it, and how the rest ended. A failed job exits 1 too.
 from __future__ import annotations
 
 import json
-import socket
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV
 from verl_ascend_ext.patching.record import DONE, OFF, Observed, Status
-from verl_ascend_ext.runtime import process_record as rr
-from verl_ascend_ext.runtime.job_outcome import FAILED, end_of, label, outcome
+from verl_ascend_ext.runtime.records.outcome import FAILED, end_of, label, outcome
+from verl_ascend_ext.runtime.records.schema import DRIVER, RAY_WORKER
 
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
 VLLM_ENTRY_POINT = "verl_ascend_ext"
-
-
-def collect(base: str, namespaces: Iterable[str] | None = None, now: float | None = None,
-            keep: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records of ``base`` with liveness set (this host), dead ones marked / pruned, and notes."""
-    records, notes = rr.read_records(base, namespaces)
-    host = socket.gethostname()
-    records = rr.housekeep(records, host, time.time() if now is None else now,
-                           rr.keep_seconds() if keep is None else keep)
-    for rec in records:
-        if rec["alive"] and rec.get("namespace") != rr.LOCAL_NAMESPACE:
-            title = rr.process_title(rec["pid"])
-            actor = rr.ray_actor(title)
-            if actor is not None:
-                rec["title"], rec["actor_class"] = title, actor
-                rec["role"] = rr.VLLM_ACTORS.get(actor, rr.RAY_WORKER)
-    return records, notes
 
 
 def _key(rec: dict[str, Any]) -> tuple[str, int, Any]:
@@ -94,12 +74,13 @@ def active(rec: dict[str, Any]) -> bool:
 
 def idle(rec: dict[str, Any]) -> bool:
     """A Ray worker from Ray's pool that never got an actor or task and imported no patch target."""
-    return (rec.get("role") == rr.RAY_WORKER and not rec.get("actor_class")
+    return (rec.get("role") == RAY_WORKER and not rec.get("actor_class")
             and not any(p.get("imported") for p in (rec.get("patches") or {}).values()))
 
 
 def _exercised(counted: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:
-    """Per patch, and per role and patch: in how many of the processes where it is applied its replacement ran."""
+    """Per patch, and per role and patch: in how many of the processes where it is applied its replacement ran (for
+    an ``acts_when`` record: acted, and how often in all), and the paths on which it stood down."""
     per_patch: dict[str, dict[str, Any]] = {}
     per_role: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for rec in counted:
@@ -107,16 +88,24 @@ def _exercised(counted: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
             if p.get("status") != Status.APPLIED:
                 continue
             observed = p.get("observed", Observed.EAGER.value)
-            for entry in (per_patch.setdefault(pid, {"observed": observed, "applied": 0, "ran": 0}),
-                          per_role[role_of(rec)].setdefault(pid, {"observed": observed, "applied": 0, "ran": 0})):
+            for entry in (per_patch.setdefault(pid, _tally(observed)),
+                          per_role[role_of(rec)].setdefault(pid, _tally(observed))):
                 entry["applied"] += 1
                 entry["ran"] += bool(p.get("exercised"))
+                if observed == Observed.ACTS.value:
+                    entry["acts"] += int(p.get("acts") or 0)
+                entry["stood_down"] = sorted({*entry["stood_down"], *(p.get("stood_down") or [])})
     return (dict(sorted(per_patch.items())),
             {role: dict(sorted(per.items())) for role, per in sorted(per_role.items())})
 
 
+def _tally(observed: str) -> dict[str, Any]:
+    return {"observed": observed, "applied": 0, "ran": 0, "stood_down": [],
+            **({"acts": 0} if observed == Observed.ACTS.value else {})}
+
+
 def _driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    drivers = [r for r in records if r.get("role") == rr.DRIVER and active(r)]
+    drivers = [r for r in records if r.get("role") == DRIVER and active(r)]
     return max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
 
 

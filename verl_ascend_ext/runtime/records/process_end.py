@@ -1,4 +1,4 @@
-"""How this process ended, as it can see it: put in its status record (``process_record``) at the end.
+"""How this process ended, as it can see it: put in its status record (``recorder``) at the end.
 
 What a Python process can observe of its own end without changing it, installed once at boot (a few
 attribute swaps; nothing runs until the end):
@@ -17,10 +17,13 @@ attribute swaps; nothing runs until the end):
 - the interpreter's end (``atexit``): the record is written with what was seen (an exit without any of the
   above: the code is not known, ``None``).
 
+The gate ``VERL_ASCEND_EXT_PROCESS_END`` (default on) switches all of it off: then nothing is installed, and an
+ended process shows as "ended without a word" (its errors raised by the plugin are still recorded).
+
 A process that ends without any of these (SIGKILL, the OOM killer, a crash in native code, ``os._exit``, a
 host that went away) leaves its last record as it was: ``verl-ascend status`` shows it as "ended without a
 word", with the time that record was written. Errors the plugin raises itself are recorded when they are
-raised (``process_record.raised``). Only the standard library is imported.
+raised (``recorder.failed``, by the patch engine). Only the standard library is imported.
 """
 
 from __future__ import annotations
@@ -35,14 +38,21 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from verl_ascend_ext.runtime import process_record
+from verl_ascend_ext.patching.gates import Gate
+from verl_ascend_ext.runtime.records import recorder
+from verl_ascend_ext.runtime.records.schema import EXCEPTION, EXIT, SIGNAL
 
 MAX_CHAIN = 8
 MAX_MESSAGE = 2000
 SIGNALS = ("SIGTERM", "SIGHUP")
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
-RAY_TASK = re.compile(r"\(pid=(\d+), ip=([^,)\s]+)")  # Ray's task error: "ray::Actor.method() (pid=N, ip=A, ...)"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Patterns compiled at first use (``re``'s cache): the boot imports this module in every process.
+FILE_LINE = r'File "([^"]+)", line (\d+)'
+RAY_TASK = r"\(pid=(\d+), ip=([^,)\s]+)"  # Ray's task error: "ray::Actor.method() (pid=N, ip=A, ...)"
+ANSI = r"\x1b\[[0-9;]*m"
+GATE = Gate("VERL_ASCEND_EXT_PROCESS_END", True,
+            "Record how each process ended in its status record (exit code, uncaught exception with its chain, "
+            "SIGTERM / SIGHUP through the handler that was there; `verl-ascend status`). Off: nothing is installed "
+            "and ended processes show as ended without a word.")
 
 _installed = False
 _exit_call: tuple[Any, list[dict[str, Any]] | None] | None = None  # sys.exit's code, what was being handled
@@ -59,10 +69,10 @@ def _ray_task_error(exc: BaseException) -> bool:
 def _remote(exc: BaseException) -> tuple[dict[str, Any], BaseException | None]:
     """A Ray task error's entry (the task, the pid and address of the process it failed in, the innermost
     file:line of its traceback) and its cause (raised in that process)."""
-    text = ANSI.sub("", _text(exc))
+    text = re.sub(ANSI, "", _text(exc))
     first = text.splitlines()[0] if text else ""
-    task = RAY_TASK.search(first)
-    files = _FILE_LINE.findall(text)
+    task = re.search(RAY_TASK, first)
+    files = re.findall(FILE_LINE, text)
     cause = vars(exc).get("cause")
     entry = {"type": type(exc).__name__, "message": f"failed in {first.strip()[:300]}",
              "where": f"{files[-1][0]}:{files[-1][1]}" if files else None,
@@ -117,11 +127,11 @@ def ended() -> dict[str, Any]:
     out: dict[str, Any] = {"at": time.time()}
     code = None if _exit_call is None else _exit_code(_exit_call[0])
     if _signalled is not None:
-        out.update(how="signal", signal=_signalled, code=code)
+        out.update(how=SIGNAL, signal=_signalled, code=code)
     elif _uncaught is not None:
-        out.update(how="exception", code=1, error=_uncaught)
+        out.update(how=EXCEPTION, code=1, error=_uncaught)
     else:
-        out.update(how="exit", code=code)
+        out.update(how=EXIT, code=code)
         if _exit_call is not None and _exit_call[1] and code != 0:
             out["error"] = _exit_call[1]  # exiting while handling it: the cause of a non-zero exit
     return out
@@ -134,13 +144,13 @@ def _exit_code(arg: Any) -> int:
 
 
 def _write() -> None:
-    process_record.ending(ended())
+    recorder.ending(ended())
 
 
 def _excepthook(previous: Callable[..., Any]) -> Callable[..., Any]:
     def excepthook(kind: type[BaseException], value: BaseException, tb: types.TracebackType | None) -> Any:
         global _uncaught
-        if process_record.mine():
+        if recorder.mine():
             _uncaught = describe(value)
             _write()
         return previous(kind, value, tb)
@@ -152,7 +162,7 @@ def _excepthook(previous: Callable[..., Any]) -> Callable[..., Any]:
 def _exit(previous: Callable[..., Any]) -> Callable[..., Any]:
     def exit(status: Any = None) -> Any:
         global _exit_call
-        if threading.current_thread() is threading.main_thread() and process_record.mine():
+        if threading.current_thread() is threading.main_thread() and recorder.mine():
             handling = sys.exc_info()[1]
             _exit_call = (status, describe(handling) if handling is not None else None)
         return previous(status)
@@ -165,7 +175,7 @@ def _exit(previous: Callable[..., Any]) -> Callable[..., Any]:
 def _chained(previous: Callable[..., Any]) -> Callable[..., Any]:
     def handler(signum: int, frame: types.FrameType | None) -> Any:
         global _signalled
-        if process_record.mine():
+        if recorder.mine():
             _signalled = signal.Signals(signum).name
             _write()
         return previous(signum, frame)
@@ -175,14 +185,14 @@ def _chained(previous: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _at_exit() -> None:
-    if process_record.mine():
+    if recorder.mine():
         _write()
 
 
-def install() -> None:
-    """Observe this process's end from now on (once per process; boot calls it)."""
+def install(on: bool = True) -> None:
+    """Observe this process's end from now on (once per process; boot calls it with its gate's value, ``GATE``)."""
     global _installed
-    if _installed:
+    if _installed or not on:
         return
     _installed = True
     if not getattr(sys.excepthook, "verl_ascend_ext", False):

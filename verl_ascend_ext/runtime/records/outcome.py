@@ -24,6 +24,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from verl_ascend_ext.runtime.records.schema import DRIVER, EXCEPTION, EXIT, SIGNAL
+
 DEATH_REPORT = re.compile(r"(Actor|Worker|Node|Owner|Raylet)(Died|Crashed)")  # Ray's exception names
 ACTOR_ID = re.compile(r"\bactor_id:\s*([0-9a-f]{8,})")  # Ray's ActorDiedError: "\tactor_id: 6f1c..."
 PID = re.compile(r"\bpid(?:[:=]\s*|\s+)(\d+)")  # "pid: 8367" (Ray), "pid 8367" (ours), "pid=8367"
@@ -64,9 +66,9 @@ def end_of(rec: dict[str, Any], last_record: bool = True) -> str:
             return "?"
         return f"{NO_WORD} (last record {clock(rec.get('updated'))})" if last_record else NO_WORD
     how, code = ended.get("how"), ended.get("code")
-    if how == "signal":
+    if how == SIGNAL:
         return str(ended.get("signal"))
-    if how == "exception":
+    if how == EXCEPTION:
         first = (ended.get("error") or [{}])[-1]
         return f"exception {first.get('type')}"
     text = "exited" if code is None else f"exit {code}"
@@ -80,7 +82,7 @@ def failure_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
     out = [{"at": e.get("at"), "kind": "raised", "by": e.get("by"), "chain": [e]} for e in rec.get("errors") or []]
     ended = rec.get("ended") or {}
     how, code = ended.get("how"), ended.get("code")
-    if how in ("exception", "signal") or (how == "exit" and code not in (0, None)):
+    if how in (EXCEPTION, SIGNAL) or (how == EXIT and code not in (0, None)):
         out.append({"at": ended.get("at"), "kind": how, "signal": ended.get("signal"), "code": code,
                     "chain": ended.get("error") or []})
     return out
@@ -112,7 +114,7 @@ def _died_first(records: list[dict[str, Any]], chain: list[dict[str, Any]]) -> t
 
 def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The job's outcome from every record of its status directory (see the module's docstring)."""
-    drivers = [r for r in records if r.get("role") == "driver"]
+    drivers = [r for r in records if r.get("role") == DRIVER]
     driver = max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
     events = sorted(((ev, rec) for rec in records for ev in failure_events(rec)),
                     key=lambda pair: pair[0]["at"] or 0.0)
@@ -140,8 +142,8 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     elif events:
         event, first = events[0]
         innermost = event["chain"][-1] if event["chain"] else {}
-        how = {"raised": f"raised {innermost.get('type')} ({event.get('by')})", "signal": str(event.get("signal")),
-               "exception": f"exception {innermost.get('type')}"}.get(event["kind"], f"exit {event.get('code')}")
+        how = {"raised": f"raised {innermost.get('type')} ({event.get('by')})", SIGNAL: str(event.get("signal")),
+               EXCEPTION: f"exception {innermost.get('type')}"}.get(event["kind"], f"exit {event.get('code')}")
         out["first_failure"] = {**_who(first), "how": how, "at": event["at"], "where": innermost.get("where"),
                                 "chain": event["chain"]}
         out["root_cause"] = f"{innermost.get('type')}: {innermost.get('message')}" if innermost else how

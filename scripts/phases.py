@@ -1,0 +1,63 @@
+"""The phase table of a CI run, in one place: how a phase is logged, how the table is printed, how a printed row is
+read back.
+
+``scripts/test.sh`` logs each phase it runs (each set-up part, each pytest phase) and ``tests/engine`` each training
+job (``add``: one tab-separated line per phase in the file ``CI_PHASE_LOG`` names); at the end the script prints the
+table (``table``); ``benchmarks/ci_side_by_side.py`` reads printed tables back (``parse_row``). A training job's row
+is indented under the engine tier's, which it runs inside.
+
+    python3 scripts/phases.py add LOG NAME SECONDS OUTCOME
+    python3 scripts/phases.py print LOG WALL_SECONDS
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+HEADING = ("Phases (wall time; a training job runs inside the engine tier's pytest phase, a background part beside the",
+           "parts after it)")
+INNER = "  "  # a row inside the phase above it (a training job inside the engine tier)
+_PRINTED = re.compile(r"^ {2,}(?P<name>\S.*?)\s+(?P<seconds>\d+) s  (?P<outcome>.*)$")
+
+
+def add(log: str | Path, name: str, seconds: float, outcome: str) -> None:
+    """Append one phase to ``log`` (a tab inside ``name`` would break the row: replaced by a space)."""
+    with open(log, "a") as out:
+        out.write(f"{name.replace(chr(9), ' ')}\t{seconds:.0f}\t{outcome}\n")
+
+
+def printed_row(name: str, seconds: float, outcome: str) -> str:
+    return f"  {name:<52} {seconds:7.0f} s  {outcome}"
+
+
+def table(log: str | Path, wall: float) -> str:
+    """The table of ``log``'s phases with the heading and the run's total wall time."""
+    lines = list(HEADING)
+    for line in Path(log).read_text().splitlines():
+        name, seconds, outcome = ([*line.split("\t"), "", ""])[:3]
+        lines.append(printed_row(name, float(seconds or 0), outcome))
+    lines.append(printed_row("total (wall)", wall, f"({int(wall) // 60} min {int(wall) % 60} s)"))
+    return "\n".join(lines)
+
+
+def parse_row(line: str) -> tuple[str, float, str] | None:
+    """(name, seconds, outcome) of a printed row, or None for any other line."""
+    found = _PRINTED.match(line)
+    return None if found is None else (found["name"], float(found["seconds"]), found["outcome"].strip())
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 5 and argv[0] == "add":
+        add(argv[1], argv[2], float(argv[3]), argv[4])
+        return 0
+    if len(argv) == 3 and argv[0] == "print":
+        print(table(argv[1], float(argv[2])))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

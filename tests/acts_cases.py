@@ -1,0 +1,156 @@
+"""Cases of the acts contract (``verl_ascend_ext.testing.acts``) for this package's ``acts_when`` records: one call
+per path each replacement takes, with small stand-ins for the target's arguments (the verl, vLLM and vLLM-Ascend
+objects they touch), and whether the fix acts there.
+
+What each stand-in holds is what the patch code reads of the real object (named in each case); the replacements run
+as the engine builds them. Paths that need more than one distributed rank (the KV barrier acting) are exercised
+with real gloo ranks in ``tests/scenarios/weight_sync*.py`` and in the engine tier's real jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from verl_ascend_ext.testing import ActsCase
+
+BARRIER, LIGHT = "weight-sync-kv-barrier", "weight-sync-light-empty-cache"
+WAKE_UP = "glm52-vllm-wake-up-resume-when-awake"
+DUMMY, KV_B_PROJ = "glm52-vllm-dp-no-dummy-forward-asleep", "glm52-ascend-sfa-keep-kv-b-proj"
+FSDP2, PADDING, EMPTY = "distill-fsdp2-topk", "padding-teacher-fields", "distill-empty-micro-batch"
+RAY_ENV, EXPORT, EXPORT_FSDP = "ray-runtime-env-gates", "checkpoint-export-check", "checkpoint-export-check-fsdp"
+UPSTREAM_BARRIER = "verl_ascend_ext.features.weight_sync.patch_code:bounded_upstream_barrier"  # verl 0.9.1's shape
+
+
+async def _update_weights(self: Any) -> None:
+    """verl's ``update_weights`` on a checkpoint-engine sync: it returns without touching a rollout."""
+
+
+def _engine(sleeping_after_wake: bool) -> SimpleNamespace:
+    """vLLM's ``EngineCore`` as ``wake_up`` reads it: the executor's ``wake_up`` and ``is_sleeping``, and
+    ``resume_scheduler``."""
+    executor = SimpleNamespace(is_sleeping=True)
+
+    def wake_up(tags: list[str] | None) -> None:
+        executor.is_sleeping = sleeping_after_wake
+
+    executor.wake_up = wake_up
+    return SimpleNamespace(model_executor=executor, resume_scheduler=lambda: None)
+
+
+@contextmanager
+def _package_env(**values: str) -> Iterator[None]:
+    """The process's environment with none of this package's variables but ``values``, restored afterwards."""
+    saved = dict(os.environ)
+    for key in [k for k in os.environ if k.startswith(("VERL_ASCEND_EXT_", "VERL_VLLM_ASCEND_"))]:
+        del os.environ[key]
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _with_env(call: Callable[[Callable[..., Any]], Any], **values: str) -> Callable[[Callable[..., Any]], Any]:
+    def run(replacement: Callable[..., Any]) -> Any:
+        with _package_env(**values):
+            return call(replacement)
+
+    return run
+
+
+def _inside_update_weights(replacement: Callable[..., Any]) -> Any:
+    """Call ``replacement`` from inside the weight sync (the KV barrier's patch code marks the call)."""
+    from verl_ascend_ext.features.weight_sync.patch_code import barrier_before_kv_resume
+
+    async def update_weights(self: Any) -> None:
+        replacement()
+
+    return barrier_before_kv_resume(update_weights, SimpleNamespace())
+
+
+def _saving(manager: SimpleNamespace, **env: str) -> Callable[[Callable[..., Any]], Any]:
+    """Call a save replacement as verl does (``hf_ckpt_path`` / ``local_path`` in a fresh directory, so that the
+    status file the check writes beside the export lands there)."""
+    def run(replacement: Callable[..., Any]) -> Any:
+        with tempfile.TemporaryDirectory() as tmp, _package_env(VERL_ASCEND_EXT_STATUS_DIR=f"{tmp}/status", **env):
+            return replacement(manager, os.path.join(tmp, "ckpt"))
+
+    return run
+
+
+def _template(teacher: bool) -> Callable[..., Any]:
+    """verl's ``construct_minimal_padding_template``: a padding sample, with teacher fields in a distilling job."""
+    def construct(*args: Any, **kwargs: Any) -> tuple[dict[str, torch.Tensor], str]:
+        sample = {"input_ids": torch.zeros(6, dtype=torch.long)}
+        if teacher:
+            sample.update(teacher_ids=torch.zeros(4, 2, dtype=torch.long), teacher_logprobs=torch.zeros(4, 2))
+        return sample, "padding"
+
+    return construct
+
+
+def _loss(config: Any, distillation_config: Any, model_output: dict, data: dict) -> tuple[torch.Tensor, dict]:
+    """verl's ``distillation_loss``: a loss and no metric (what the patch reads of its result)."""
+    return torch.tensor(1.0), {}
+
+
+def _micro_batch(valid: bool) -> dict[str, torch.Tensor]:
+    return {"response_mask": torch.tensor([[1, 1, 0]] if valid else [[0, 0, 0]])}
+
+
+def _save(*args: Any, **kwargs: Any) -> None:
+    """verl's save (the export itself): done."""
+
+
+CASES = [
+    # weight-sync-kv-barrier: a worker with no colocated rollout (fully-async's trainer) calls the original only
+    ActsCase(BARRIER, "no colocated rollout", _update_weights, lambda r: r(SimpleNamespace()), acts=False),
+    ActsCase(BARRIER, "no colocated rollout (verl 0.9.1)", _update_weights, lambda r: r(SimpleNamespace()),
+             acts=False, wrapper=UPSTREAM_BARRIER),
+    # weight-sync-light-empty-cache: outside update_weights verl's full clean-up runs; inside it the light one acts
+    ActsCase(LIGHT, "outside update_weights", lambda: None, lambda r: r(), acts=False),
+    ActsCase(LIGHT, "inside update_weights", lambda: None, _inside_update_weights, acts=True),
+    # glm52 wake-up: a weights-only wake-up leaves the KV cache asleep (the fix keeps scheduling paused); a full one
+    # does not
+    ActsCase(WAKE_UP, "weights only, KV cache still asleep", lambda self, tags=None: None,
+             lambda r: r(_engine(sleeping_after_wake=True), ["weights"]), acts=True),
+    ActsCase(WAKE_UP, "fully awake", lambda self, tags=None: None,
+             lambda r: r(_engine(sleeping_after_wake=False), None), acts=False),
+    ActsCase(DUMMY, "asleep", lambda self: "dummy", lambda r: r(SimpleNamespace(
+        model_executor=SimpleNamespace(is_sleeping=True))), acts=True),
+    ActsCase(DUMMY, "awake", lambda self: "dummy", lambda r: r(SimpleNamespace(
+        model_executor=SimpleNamespace(is_sleeping=False))), acts=False),
+    ActsCase(KV_B_PROJ, "a layer with kv_b_proj", lambda self: None, lambda r: r(SimpleNamespace(
+        kv_b_proj=SimpleNamespace(weight=torch.ones(2, 2)))), acts=True),
+    ActsCase(KV_B_PROJ, "no kv_b_proj", lambda self: None, lambda r: r(SimpleNamespace()), acts=False),
+    ActsCase(FSDP2, "strategy fsdp2", lambda config, *a: config.strategy,
+             lambda r: r(SimpleNamespace(strategy="fsdp2")), acts=True),
+    ActsCase(FSDP2, "strategy fsdp", lambda config, *a: config.strategy,
+             lambda r: r(SimpleNamespace(strategy="fsdp")), acts=False),
+    ActsCase(PADDING, "teacher fields", _template(teacher=True), lambda r: r(None, None, 2), acts=True),
+    ActsCase(PADDING, "no teacher", _template(teacher=False), lambda r: r(None, None, 2), acts=False),
+    ActsCase(EMPTY, "padding only", _loss, lambda r: r(None, None, {}, _micro_batch(valid=False)), acts=True),
+    ActsCase(EMPTY, "a response token", _loss, lambda r: r(None, None, {}, _micro_batch(valid=True)), acts=False),
+    ActsCase(RAY_ENV, "a package variable set", lambda *a, **k: {},
+             _with_env(lambda r: r(), VERL_ASCEND_EXT_DISTILLATION_FIXES="1"), acts=True),
+    ActsCase(RAY_ENV, "nothing to carry", lambda *a, **k: {}, _with_env(lambda r: r()), acts=False),
+    # the export checks: rank 0 writes (and checks) the export; other ranks and a PEFT adapter are not checked.
+    # Mode off: the check records where the export came from and stops there (no reference needed).
+    ActsCase(EXPORT, "rank 0, mode off", _save, _saving(SimpleNamespace(rank=0, peft_cls=None),
+                                                        VERL_ASCEND_EXT_EXPORT_CHECK="off"), acts=True),
+    ActsCase(EXPORT, "rank 1", _save, _saving(SimpleNamespace(rank=1, peft_cls=None)), acts=False),
+    ActsCase(EXPORT, "a PEFT adapter", _save, _saving(SimpleNamespace(rank=0, peft_cls=object)), acts=False),
+    ActsCase(EXPORT_FSDP, "rank 0 writing hf_model, mode off", _save,
+             _saving(SimpleNamespace(rank=0, should_save_hf_model=True), VERL_ASCEND_EXT_EXPORT_CHECK="off"),
+             acts=True),
+    ActsCase(EXPORT_FSDP, "no hf_model", _save, _saving(SimpleNamespace(rank=0, should_save_hf_model=False)),
+             acts=False),
+]

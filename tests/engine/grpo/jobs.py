@@ -1,0 +1,108 @@
+"""The engine tier's training jobs, as data: one declaration per job (``JOBS``), run once per session by ``Jobs``.
+
+A declaration says what a job is (verl release, actor and layout, the GLM-5.2 gate, the teacher, steps and
+checkpoints, the shipped recipe whose overrides it takes), what goes wrong in it on purpose (``faults``: the
+probe's variables, ``grpo_probe``) and how it must then end (``planned``), and which job's checkpoint it starts
+from (``resumes``). ``job.run`` turns a declaration into verl's own command line; ``Jobs`` (the session fixture
+``jobs`` of ``tests/engine/conftest.py``) runs each job on first use, after the job it resumes. A new job is one
+entry here; the assertions about it live in the test module of its tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from grpo.job import DATA, MEGATRON, MODEL, OVERLAY, Job, run
+
+BARRIER_TIMEOUT = 20  # seconds (VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT) before rank 0 gives up on a stalled rank
+DROPPED = "model.layers.1.mlp.down_proj.weight"  # the tensor the export-check scenarios leave out of an export
+
+
+def fault(kind: str, sync: int) -> Mapping[str, str]:
+    """``grpo_probe``'s fault on actor rank 1 right after its ``sync``-th weight update."""
+    return {"GRPO_PROBE_FAULT": kind, "GRPO_PROBE_FAULT_RANK": "1", "GRPO_PROBE_FAULT_SYNC": str(sync),
+            "VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT": str(BARRIER_TIMEOUT)}
+
+
+def dropped(tensor: str, under: str = "") -> Mapping[str, str]:
+    """``grpo_probe`` leaves ``tensor`` out of the Hugging Face export (only in files under ``under``, when given)."""
+    return {"GRPO_PROBE_DROP_EXPORT_TENSOR": tensor, **({"GRPO_PROBE_DROP_EXPORT_UNDER": under} if under else {})}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job of verl's ``main_ppo`` on the CPU (see ``grpo/job.py`` for what every job shares)."""
+
+    name: str
+    verl: str  # "0.9.0" (the overlay) or "0.9.1" (installed in the engine venv)
+    actor: str = "fsdp2"  # or "megatron" (``--config-name ppo_megatron_trainer``)
+    layout: Mapping[str, int] = field(default_factory=dict)  # the Megatron actor's parallel sizes
+    gate: bool = True  # VERL_VLLM_ASCEND_GLM52_PATCH, set in the driver only
+    teacher: bool = False  # on-policy distillation from a vLLM-served teacher in its own pool
+    steps: int = 2  # trainer.total_training_steps (a resumed job counts the steps it resumes from)
+    save_every: int = 2  # trainer.save_freq
+    faults: Mapping[str, str] = field(default_factory=dict)  # the probe's variables (faults, a dropped tensor)
+    planned: str | None = None  # the error a faulted job must end on (its log names it); None: it ends well
+    resumes: str | None = None  # the job whose checkpoint this one starts from
+    # that job's global step to resume from (``resume_mode=resume_path``); None: a copy of its whole checkpoint
+    # directory, resumed as the recipe says (``resume_mode=auto``: the last completed checkpoint)
+    resume_step: int | None = None
+    recipe: str | None = None  # the shipped recipe whose overrides the job takes (``grpo/recipe_overrides.py``)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layout", MappingProxyType(dict(self.layout)))
+        object.__setattr__(self, "faults", MappingProxyType(dict(self.faults)))
+
+    @property
+    def ranks(self) -> int:
+        return 2
+
+
+PP2 = {"pipeline_model_parallel_size": 2}
+
+JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
+    # FSDP2 actor (tests/engine/test_grpo.py). Weight syncs: at start, then at each step's end; the 4th is step 3's,
+    # after its save: rank 1 is killed there
+    JobSpec("on", verl="0.9.0", teacher=True, steps=3, save_every=3, faults=fault("kill", sync=4),
+            planned="ActorDiedError"),
+    # no teacher (test_gate_off_gives_the_same_first_step_rollout_tokens_and_metrics); the step-2 export loses a
+    # tensor: the export check stops that save
+    JobSpec("off", verl="0.9.0", gate=False, faults=dropped(DROPPED), planned="ExportCheckError"),
+    # weight syncs: at start, at step 4's end, at step 5's end (the 3rd, after the save): rank 1 stalls there
+    JobSpec("resumed", verl="0.9.1", teacher=True, steps=5, save_every=5, resumes="on", resume_step=3,
+            faults=fault("stall", sync=3), planned="WeightSyncBarrierTimeout"),
+    JobSpec("recovered", verl="0.9.1", steps=6, save_every=6, resumes="resumed", resume_step=5),
+    # Megatron actor (tests/engine/test_megatron.py), the GLM-5.2 recipe's overrides; the step-2 export loses a
+    # tensor held by pipeline stage 2: that save stops, after step 1's checkpoint completed
+    JobSpec("megatron", verl="0.9.0", actor="megatron", layout=PP2, save_every=1, recipe="glm5_2_megatron",
+            faults=dropped(DROPPED, under="global_step_2"), planned="ExportCheckError"),
+    JobSpec("megatron-resumed", verl="0.9.1", actor="megatron", layout=PP2, save_every=1, recipe="glm5_2_megatron",
+            resumes="megatron"),
+)}
+
+
+class Jobs:
+    """The session's jobs: each runs once, on first use, after the job it resumes (which must have run as planned)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.done: dict[str, Job] = {}
+
+    def __getitem__(self, name: str) -> Job:
+        if name not in self.done:
+            spec = JOBS[name]
+            before = self[spec.resumes].as_planned() if spec.resumes else None
+            self.done[name] = run(spec, self.root / name, before)
+        return self.done[name]
+
+
+def require_job_inputs() -> None:
+    """Fail (not skip) naming the fix when what every job needs is missing."""
+    for path, what in ((MODEL, "the tiny model"), (DATA, "the GRPO data set"),
+                       (OVERLAY["0.9.0"], "the verl 0.9.0 overlay"), (MEGATRON, "the megatron-core/mbridge overlay")):
+        if not path.exists():
+            pytest.fail(f"{what} is missing at {path}: run scripts/setup_vllm_engine.sh", pytrace=False)

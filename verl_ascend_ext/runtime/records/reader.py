@@ -1,0 +1,129 @@
+"""Reading records: every process's record under a status directory, with this host's liveness. Never writes.
+
+``read_records`` returns what the files hold (upgraded to this schema, ``schema.upgrade``) and notes on what was
+not read and why: files owned by another user, symbolic links, unreadable or malformed files, records of a
+schema this reader does not know (counted, with the fix). ``collect`` adds, in memory only, ``alive`` (this
+host's processes, from ``/proc``; None for another host's) and, for a live Ray worker, the actor it runs now.
+Nothing on disk changes: ``verl-ascend status`` and a checkpoint save read the directory as it is (removing old
+records is ``prune``'s, an explicit step).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import stat
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from verl_ascend_ext.runtime.records import identity, store
+from verl_ascend_ext.runtime.records.schema import LOCAL_NAMESPACE, PREVIOUS, SCHEMA, SchemaError, upgrade
+
+
+def read_records(base: str, namespaces: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records under ``base`` (all namespaces, or those given) and notes on what was ignored and why."""
+    notes: list[str] = []
+    records: list[dict[str, Any]] = []
+    try:
+        base_fd = store.open_base(base, create=False)
+    except FileNotFoundError:
+        return records, [f"no status directory at {base} (no process has recorded its status there)"]
+    except OSError as err:
+        return records, [f"status directory {base} not read: {err}"]
+    schemas: Counter[Any] = Counter()
+    try:
+        names = sorted(os.listdir(base_fd)) if namespaces is None else list(namespaces)
+        for ns in names:
+            if ns.startswith("."):
+                continue
+            try:
+                ns_fd = store.open_dir(ns, dir_fd=base_fd, create=False)
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                notes.append(f"namespace {os.path.join(base, ns)} ignored: {err}")
+                continue
+            try:
+                _read_namespace(base, ns, ns_fd, records, notes, schemas)
+            finally:
+                os.close(ns_fd)
+    finally:
+        os.close(base_fd)
+    return records, notes + _schema_notes(base, schemas)
+
+
+def _read_namespace(base: str, ns: str, ns_fd: int, records: list[dict[str, Any]], notes: list[str],
+                    schemas: Counter[Any]) -> None:
+    foreign = []
+    uid = os.geteuid()
+    for name in os.listdir(ns_fd):
+        if not name.endswith(store.SUFFIX) or name.startswith("."):
+            continue
+        path = os.path.join(base, ns, name)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=ns_fd)
+        except OSError as err:
+            notes.append(f"{path} ignored: {'a symbolic link' if err.errno == errno.ELOOP else err}")
+            continue
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid != uid:
+                foreign.append(f"{name} (uid {st.st_uid})")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                notes.append(f"{path} ignored: not a regular file")
+                continue
+            data = f.read()
+        try:
+            raw = json.loads(data)
+        except ValueError as err:
+            notes.append(f"{path} ignored: not JSON ({err})")
+            continue
+        schema = raw.get("schema") if isinstance(raw, dict) else None
+        try:
+            rec = upgrade(raw)
+        except SchemaError:
+            schemas[schema] += 1
+            continue
+        if schema != SCHEMA:
+            schemas[schema] += 1
+        rec["file"] = path
+        rec["namespace"] = ns
+        records.append(rec)
+    if foreign:
+        notes.append(f"ignored {len(foreign)} record(s) in {os.path.join(base, ns)} owned by another user: "
+                     + ", ".join(sorted(foreign)[:5]) + (" ..." if len(foreign) > 5 else ""))
+
+
+def _schema_notes(base: str, schemas: Counter[Any]) -> list[str]:
+    """What the reader did with records of another schema: read the previous one (fields it lacks unknown),
+    name any other with its count and the fix."""
+    out = []
+    for schema, count in sorted(schemas.items(), key=lambda item: str(item[0])):
+        if schema == PREVIOUS:
+            out.append(f"{count} record(s) in {base} have schema {PREVIOUS} (written by an older verl-ascend-ext): "
+                       "read, the fields that schema lacks shown as unknown (ranks, how the process ended, errors, "
+                       "stand-downs). Fix: install the same verl-ascend-ext on every node and restart the job")
+        else:
+            out.append(f"{count} record(s) in {base} have schema {schema!r}, which this verl-ascend-ext (schema "
+                       f"{SCHEMA}) cannot read: not counted. Fix: run `verl-ascend status` from the verl-ascend-ext "
+                       "release the job ran with (a newer one wrote them)")
+    return out
+
+
+def collect(base: str, namespaces: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of ``base`` with ``alive`` set in memory (this host's processes; None for another host's) and a
+    live Ray worker's current actor, and the notes. Reads only."""
+    records, notes = read_records(base, namespaces)
+    host = socket.gethostname()
+    for rec in records:
+        if rec.get("host") != host:
+            rec["alive"] = None
+            continue
+        rec["alive"] = identity.alive(int(rec.get("pid", 0)), rec.get("proc_start"))
+        if rec["alive"] and rec.get("namespace") != LOCAL_NAMESPACE:
+            rec.update(identity.now_running_as(int(rec["pid"])))
+    return records, notes

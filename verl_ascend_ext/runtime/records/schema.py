@@ -1,0 +1,118 @@
+"""The process record's shape, defined once: its fields, the roles, how a process ended, and the one factory.
+
+A record is a JSON object a process writes about itself (``recorder``) and ``verl-ascend status`` reads
+(``reader``). ``SCHEMA`` is the number written into each; it goes up whenever a field is added, removed or changes
+meaning. The reader reads this schema, and the previous one by ``upgrade`` (the fields it lacks get their
+defaults here, and the reader's notes say how many such records there were); any other number is named in the
+notes with its count and the fix, never skipped silently.
+
+Schema 1 (verl-ascend-ext up to 2026-12-03) grew without a bump: its records may lack ``ppid``, ``ranks``,
+``ip``, ``actor_id``, ``errors`` and ``ended``, and carry ``dead_since`` (written by readers, which no longer
+write). Schema 2 adds, per patch, ``acts`` (how often an ``acts_when`` record acted) and ``stood_down`` (the paths
+on which its replacement ran without doing its work).
+Only the standard library is imported: every process loads this module at boot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCHEMA = 2
+PREVIOUS = 1  # the schema ``upgrade`` reads
+
+# Roles (``role``); a Ray actor's class is kept beside it (``actor_class``).
+DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
+    "driver", "ray-worker", "vllm-frontend", "engine-core", "vllm-worker", "other")
+ROLES = (DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER)
+
+# How a process ended (``ended["how"]``); a process that ended without any of these has ``ended`` None.
+EXIT, EXCEPTION, SIGNAL = "exit", "exception", "signal"
+ENDINGS = (EXIT, EXCEPTION, SIGNAL)
+
+# How a patch's runs are seen (``patches[id]["observed"]``; ``patching.record.Observed``'s values).
+EAGER, ACTS, TRACED, IMPORT = "eager", "acts", "traced", "import"
+
+LOCAL_NAMESPACE = "local"  # every process that is not a Ray worker (a Ray worker's namespace: its session)
+
+# field -> default (a callable makes a fresh mutable default); the order is the order written.
+FIELDS: dict[str, Any] = {
+    "schema": SCHEMA,
+    "host": "",
+    "pid": 0,
+    "ppid": None,  # which process started it (a vLLM server's EngineCore)
+    "proc_start": None,  # start time in clock ticks since boot: with the pid, the process's identity
+    "started": 0.0,
+    "updated": 0.0,  # when the record was last written
+    "role": OTHER,
+    "actor_class": None,
+    "title": "",
+    "ranks": dict,  # rank / local_rank / world_size (verl's workers), dp_rank (a vLLM data-parallel engine core)
+    "ip": None,  # the node address Ray knows a worker by
+    "actor_id": None,  # the Ray actor a worker runs (what Ray's errors name)
+    "loaded_by": list,
+    "namespace": LOCAL_NAMESPACE,
+    "versions": dict,
+    "gates": dict,
+    "disable": "",
+    "plugin_env": dict,
+    "patches": dict,  # patch id -> PATCH_FIELDS
+    "errors": list,  # ERROR_FIELDS, each when it was raised
+    "ended": None,  # ENDED_FIELDS, or None: running, or ended without a word
+}
+PATCH_FIELDS: dict[str, Any] = {
+    "status": "pending", "detail": "", "where": "", "target": "", "imported": False, "observed": EAGER,
+    "exercised": None,  # eager / acts: whether it ran (acted) in this process; None where that cannot be seen
+    "acts": None,  # acts: in how many calls it acted (None for the other kinds)
+    "stood_down": list,  # the paths on which it ran without doing its work (``acts_when`` records), first seen first
+}
+ERROR_FIELDS = ("at", "by", "type", "message", "where")
+ENDED_FIELDS = ("at", "how", "code", "signal", "error")
+# Fields a reader adds to what it read (never written by a process).
+READ_FIELDS = ("file", "alive")
+
+
+class SchemaError(ValueError):
+    """A record that is not one this schema knows how to read."""
+
+
+def _default(value: Any) -> Any:
+    return value() if callable(value) else value
+
+
+def new_record(**fields: Any) -> dict[str, Any]:
+    """A record with every field of the schema: ``fields`` over the defaults (the recorder and the tests build
+    records through this; an unknown field name is an error, so a typo cannot invent a field)."""
+    unknown = sorted(set(fields) - set(FIELDS) - set(READ_FIELDS))
+    if unknown:
+        raise SchemaError(f"not fields of a schema-{SCHEMA} record: {', '.join(unknown)} (known: {', '.join(FIELDS)})")
+    record = {name: _default(default) for name, default in FIELDS.items()}
+    record.update(fields)
+    record["schema"] = SCHEMA
+    record["patches"] = {pid: new_patch(**entry) for pid, entry in record["patches"].items()}
+    return record
+
+
+def new_patch(**fields: Any) -> dict[str, Any]:
+    """One patch's entry of a record, ``fields`` over the defaults."""
+    unknown = sorted(set(fields) - set(PATCH_FIELDS))
+    if unknown:
+        raise SchemaError(f"not fields of a patch entry: {', '.join(unknown)} (known: {', '.join(PATCH_FIELDS)})")
+    return {**{name: _default(default) for name, default in PATCH_FIELDS.items()}, **fields}
+
+
+def upgrade(record: Any) -> dict[str, Any]:
+    """``record`` as a schema-``SCHEMA`` record: as it is when it has this schema, completed when it has the
+    previous one (the fields it lacks take their defaults; ``dead_since`` is dropped); SchemaError otherwise."""
+    if not isinstance(record, dict):
+        raise SchemaError("not a JSON object")
+    schema = record.get("schema")
+    if schema == SCHEMA:
+        return record
+    if schema != PREVIOUS:
+        raise SchemaError(f"schema {schema!r}")
+    out = {name: record[name] if name in record else _default(default) for name, default in FIELDS.items()}
+    out["schema"] = SCHEMA
+    out["patches"] = {pid: {name: entry[name] if name in entry else _default(default)
+                            for name, default in PATCH_FIELDS.items()}
+                      for pid, entry in (record.get("patches") or {}).items() if isinstance(entry, dict)}
+    return out

@@ -1,0 +1,174 @@
+"""``verl-ascend compare BASELINE RUN``: did this upgrade (or this fix) change the run?
+
+Reads both runs (``runs``), judges every rule (``rules``, ``judge``), puts the plugin's statuses side by side when
+status directories (or a baseline's summary) are there (``status_side``), prints a table (or ``--json``), draws the
+picture (``--plot``, ``picture``). ``--write-baseline FILE RUN`` keeps a run as a baseline instead (``baseline``).
+Exit 0: no rule failed; 1: a rule failed (beyond its bound and beyond the runs' noise); 2: unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from verl_ascend_ext.tooling.compare import baseline as baselines
+from verl_ascend_ext.tooling.compare.judge import Verdict, judge_all
+from verl_ascend_ext.tooling.compare.rules import Rule, RulesError, load_rules
+from verl_ascend_ext.tooling.compare.runs import Run, RunError, read_run
+from verl_ascend_ext.tooling.compare.status_side import differences, summary
+from verl_ascend_ext.tooling.tables import table
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "compare", help="compare two runs' verl metrics (noise-aware) and the plugin's statuses",
+        description="Compare RUN with BASELINE: each is verl's console log of a run, its file logger output (.jsonl) "
+        "or a baseline file (--write-baseline). Rules: the defaults of verl's nightly Ascend CI plus the plugin's "
+        "own; --rules FILE (TOML, [[rule]] tables: name, metric, window [first, last] or \"last\", statistic "
+        "mean|median|max|min|last, bound +x|-x|±x with x a number or a percentage) overrides or adds.")
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="BASELINE RUN (or the one RUN of --write-baseline)")
+    parser.add_argument("--rules", metavar="FILE", help="rules file (TOML) over the defaults")
+    parser.add_argument("--status-dir", nargs=2, metavar=("BASELINE_DIR", "RUN_DIR"),
+                        help="the two jobs' status directories (VERL_ASCEND_EXT_STATUS_DIR); '-' for none")
+    parser.add_argument("--plot", metavar="PNG", help="draw the compared curves into this PNG (needs matplotlib)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--status-only", action="store_true",
+                        help="compare the plugin's statuses only (runs over different steps: a job and its resume)")
+    parser.add_argument("--write-baseline", metavar="FILE",
+                        help="keep the one RUN as a baseline file (with --status-dir DIR for its statuses)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rules = load_rules(args.rules)
+        if args.write_baseline:
+            return _write_baseline(args, rules)
+        if len(args.runs) != 2:
+            raise RunError(f"compare takes BASELINE and RUN; {len(args.runs)} given")
+        report = compare(args.runs[0], args.runs[1], rules, args.status_dir, explicit=args.rules is not None,
+                         status_only=args.status_only)
+    except (RunError, RulesError) as err:
+        print(f"verl-ascend compare: error: {err}", file=sys.stderr)
+        return 2
+    if args.plot:
+        report["picture"] = _picture(args.plot, report)
+    print(json.dumps(_public(report), indent=2) if args.json else format_report(report))
+    return report["exit_code"]
+
+
+def compare(baseline_path: str, run_path: str, rules: tuple[Rule, ...], status_dirs: list[str] | None = None,
+            explicit: bool = False, status_only: bool = False) -> dict[str, Any]:
+    """The comparison report of two runs (``explicit``: the rules came from a file, so a metric neither run logged
+    is an error; ``status_only``: no rule is judged, the statuses alone are compared)."""
+    base, new = read_run(baseline_path), read_run(run_path)
+    if status_only:
+        statuses = _statuses(base, new, status_dirs)
+        if statuses is None or "differences" not in statuses:
+            raise RunError("--status-only needs the statuses of both runs: --status-dir BASELINE_DIR RUN_DIR (or "
+                           "baseline files written with their statuses)")
+        return {"baseline": {"path": base.path, "kind": base.kind, "steps": base.span},
+                "run": {"path": new.path, "kind": new.kind, "steps": new.span}, "verdicts": [], "status": statuses,
+                "failed": [], "exit_code": 0, "_runs": (base, new)}
+    common = set(base.raw) & set(new.raw)
+    if not common:
+        raise RunError(f"the runs share no step: {base.path} has {base.span}, {new.path} has {new.span}. Compare "
+                       "runs over the same steps, or their statuses alone (--status-only --status-dir A B).")
+    if explicit:
+        logged = base.metrics() | new.metrics()
+        unknown = sorted({r.metric for r in rules if not r.default} - logged)
+        if unknown:
+            raise RulesError(f"the rules name metric(s) neither run logged: {', '.join(unknown)}. Known here: "
+                             f"{', '.join(sorted(logged)[:40])}{' ...' if len(logged) > 40 else ''}")
+    verdicts = judge_all(rules, base, new)
+    statuses = _statuses(base, new, status_dirs)
+    failed = [v.rule.name for v in verdicts if v.failed]
+    return {"baseline": {"path": base.path, "kind": base.kind, "steps": base.span},
+            "run": {"path": new.path, "kind": new.kind, "steps": new.span},
+            "verdicts": verdicts, "status": statuses, "failed": failed, "exit_code": 1 if failed else 0,
+            "_runs": (base, new)}
+
+
+def _statuses(base: Run, new: Run, dirs: list[str] | None) -> dict[str, Any] | None:
+    sides = []
+    for run_, directory in zip((base, new), dirs or [None, None], strict=True):
+        if directory not in (None, "-"):
+            sides.append(summary(directory, run_))
+        else:
+            sides.append(run_.status)
+    if sides[0] is None or sides[1] is None:
+        return None if sides == [None, None] else {"note": "only one side has statuses: nothing compared"}
+    return {"baseline": sides[0], "run": sides[1], "differences": differences(sides[0], sides[1])}
+
+
+def _write_baseline(args: argparse.Namespace, rules: tuple[Rule, ...]) -> int:
+    if len(args.runs) != 1:
+        raise RunError(f"--write-baseline keeps one RUN; {len(args.runs)} given")
+    source = read_run(args.runs[0])
+    status = None
+    if args.status_dir:
+        directory = args.status_dir[-1] if args.status_dir[-1] != "-" else args.status_dir[0]
+        status = summary(directory, source)
+    steps = baselines.write(args.write_baseline, source, rules, status)
+    print(f"verl-ascend compare: wrote {args.write_baseline}: {steps} step(s) of {source.path}"
+          + (", with the plugin's statuses" if status else ""))
+    return 0
+
+
+def _picture(path: str, report: dict[str, Any]) -> dict[str, Any]:
+    from verl_ascend_ext.tooling.compare.picture import PictureError, draw
+
+    try:
+        return {"path": str(draw(path, report["verdicts"], *report["_runs"])), "error": None}
+    except PictureError as err:
+        return {"path": None, "error": str(err)}
+
+
+def _public(report: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: v for k, v in report.items() if not k.startswith("_")},
+            "verdicts": [v.as_dict() for v in report["verdicts"]]}
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _allowed(verdict: Verdict) -> str:
+    low, high = verdict.allowed
+    if low is None and high is None:
+        return "-"
+    return f"{_num(low) if low is not None else '...'} .. {_num(high) if high is not None else '...'}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    out = [f"verl-ascend compare: baseline {report['baseline']['path']} ({report['baseline']['kind']}, "
+           f"{report['baseline']['steps']})",
+           f"                    run      {report['run']['path']} ({report['run']['kind']}, {report['run']['steps']})",
+           ""]
+    rows = [[v.rule.name, v.rule.metric, f"{v.rule.statistic}, {v.rule.window_text}", _num(v.baseline), _num(v.run),
+             _allowed(v), _num(v.noise), v.verdict] for v in report["verdicts"]]
+    if rows:
+        out.append(table(rows, ["rule", "metric", "statistic", "baseline", "run", "allowed", "noise (3 SE)",
+                                "verdict"]))
+    else:
+        out.append("Metrics: not compared (--status-only)")
+    notes = [f"  {v.rule.name}: {v.note}" for v in report["verdicts"] if v.note and v.verdict != "not logged"]
+    if notes:
+        out += ["", "Notes", *notes]
+    status = report.get("status")
+    if status and "differences" in status:
+        out += ["", "Plugin statuses that differ (per role and patch)"]
+        if status["differences"]:
+            out.append(table([[d["role"], d["patch"], d["baseline"], d["run"]] for d in status["differences"]],
+                             ["role", "patch", "baseline", "run"]))
+        else:
+            out.append("  none: every role ran the same records the same way")
+    elif status:
+        out += ["", f"Plugin statuses: {status['note']}"]
+    picture = report.get("picture")
+    if picture:
+        out += ["", f"Picture: {picture['path']}" if picture["path"] else f"Picture not drawn: {picture['error']}"]
+    out += ["", f"FAILED: {', '.join(report['failed'])} (exit 1)" if report["failed"] else
+            "OK: no rule failed (exit 0)"]
+    return "\n".join(out)
