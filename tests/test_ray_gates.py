@@ -60,6 +60,7 @@ def test_gate_set_only_in_the_driver_reaches_workers_on_every_node(cluster, with
         assert p["raylet"] == {GATE: None, DISABLE: None}
     for p in probes.values():  # ...yet every worker on every node sees the driver's values
         assert p["worker"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
+        assert p["booted_by"] == ["ray"]  # the runtime env's setup hook booted the plugin in a worker without verl
 
 
 def test_user_runtime_env_value_wins(cluster, with_hook) -> None:
@@ -78,6 +79,7 @@ def test_nothing_injected_when_no_gate_is_set(cluster, with_hook) -> None:
     probes, _ = by_node(out, workers)
     for p in probes.values():
         assert p["worker"] == {GATE: None, DISABLE: None}
+        assert p["booted_by"] == ["ray"]  # nothing to carry, yet every worker boots the plugin
 
 
 def test_without_the_hook_verl_alone_loses_the_gates_on_other_nodes(cluster) -> None:
@@ -86,6 +88,7 @@ def test_without_the_hook_verl_alone_loses_the_gates_on_other_nodes(cluster) -> 
     assert result["status"] == "gate-off"
     out = result["cases"]["driver"]
     assert out["default_env_vars"] == {}
-    _, non_head = by_node(out, workers)
+    probes, non_head = by_node(out, workers)
     for p in non_head:
         assert p["worker"] == {GATE: None, DISABLE: None}
+    assert all(p["booted_by"] == [] for p in probes.values())

@@ -424,6 +424,10 @@ def test_status_ray_unreachable_exits_2(tmp_path: Path) -> None:
     (["verl"], ["-c"], "python", "SpawnProcess-1", None, ("other", None)),
     (["verl"], ["default_worker.py"], "ray::WorkerDict.init_model", None, "s", ("ray-worker", "WorkerDict")),
     (["verl"], ["default_worker.py"], "ray::IDLE", None, "s", ("ray-worker", None)),
+    # a named actor (verl's fully-async rollout pool): Ray puts the actor's name before its class
+    (["ray"], ["default_worker.py"], "ray::rollout_standalone_0CheckpointEngineWorker_0:0:CheckpointEngineWorker"
+     ".__init__", None, "s", ("ray-worker", "CheckpointEngineWorker")),
+    (["ray"], ["default_worker.py"], "ray::MessageQueue.get_sample", None, "s", ("ray-worker", "MessageQueue")),
     (["vllm"], ["default_worker.py"], "ray::RayWorkerWrapper.execute", None, "s", ("vllm-worker", "RayWorkerWrapper")),
     # vLLM's children spawned inside a Ray actor inherit the actor's command line (and so its session)
     (["vllm-engine-core"], ["default_worker.py"], "VLLM::EngineCore", "EngineCore_DP0", "s", ("engine-core", None)),

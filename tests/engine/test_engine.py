@@ -70,6 +70,24 @@ def test_gate_off_reproduces_released_bug(part: str) -> None:
     assert result["tokens_after"] == result["tokens_before"]
 
 
+@pytest.mark.parametrize("gate", ["on", "off"])
+def test_a_fully_async_weight_sync_resumes_scheduling_only_when_fully_awake_with_the_gate_on(gate: str) -> None:
+    """The calls verl's checkpoint engine makes at each fully-async sync (verl 0.9.1), on a real AsyncLLM: after
+    ``wake_up(["weights"])`` the KV cache still sleeps; vLLM 0.23.0 resumes the scheduler verl had paused (gate off:
+    the released bug at the point the fully-async tier's syncs reach), the fix keeps it paused (gate on), and it
+    acted there: the EngineCore's record counts the act."""
+    run = shared_run("cycle", ON if gate == "on" else OFF)
+    sync = ok(run)["async"]["checkpoint_engine_sync"]
+    assert sync["paused_after_abort"] is True  # verl paused generation to update the weights
+    assert sync["paused_after_weights"] is (gate == "on"), sync
+    assert sync["paused_after_kv_cache"] is False, sync  # fully awake: both resume
+    assert sync["paused_after_resume"] is False and sync["tokens_after"] == ok(run)["async"]["tokens_before"]
+    cores = [r for r in run.records if r["role"] == "engine-core"]
+    assert len(cores) == 2, [(r["role"], r["pid"]) for r in run.records]  # LLM's and AsyncLLM's
+    acts = sorted(r["patches"]["glm52-vllm-wake-up-resume-when-awake"]["acts"] or 0 for r in cores)
+    assert acts == ([1, 2] if gate == "on" else [0, 0]), acts  # LLM: its cycle; AsyncLLM: its cycle and the sync
+
+
 def test_same_tokens_gate_on_and_off_llm_and_async() -> None:
     on, off = ok(shared_run("cycle", ON)), ok(shared_run("cycle", OFF))
     tokens = [on["llm"]["tokens_before"], on["async"]["tokens_before"], off["llm"]["tokens_before"],

@@ -37,8 +37,10 @@ def probe() -> dict:
         for item in f.read().split(b"\0"):
             key, _, value = item.decode(errors="replace").partition("=")
             raylet_env[key] = value
+    boot = sys.modules.get("verl_ascend_ext.runtime.boot")  # this task never imports verl: only a setup hook boots it
     return {
         "node_id": ray.get_runtime_context().get_node_id(),
+        "booted_by": list(boot.loaded_by()) if boot is not None else [],
         "worker": {k: os.environ.get(k) for k in (GATE, DISABLE)},
         "raylet": {k: raylet_env.get(k) for k in (GATE, DISABLE)},
         "raylet_is_parent": "raylet" in open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace"),

@@ -129,3 +129,13 @@ def activate_or_exit(source: str) -> None:
 def vllm_plugin() -> None:
     """The ``vllm.general_plugins`` entry point: vLLM calls it in every vLLM process."""
     activate("vllm")
+
+
+RAY_SETUP_HOOK = "verl_ascend_ext.runtime.boot.ray_worker_setup"  # the runtime env's worker_process_setup_hook
+
+
+def ray_worker_setup() -> None:
+    """Ray's ``worker_process_setup_hook`` of a PPO job (``ray-runtime-env-gates`` sets it): every Ray worker boots
+    the plugin at its start, also one that never imports verl (fully-async's ``MessageQueue``), so each has a
+    record; a worker that imports verl later just loads it again."""
+    activate_or_exit("ray")

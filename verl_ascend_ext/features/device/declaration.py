@@ -62,7 +62,8 @@ RAY_RUNTIME_ENV = PatchRecord(
     upstream="none: plugin-specific (verl has no hook for plugin variables in the PPO runtime env)",
     remove_when="verl offers plugins a way to add runtime-env variables to run_ppo's ray.init",
     traced=False,
-    acts_when="the driver has variables of this package set to carry to the Ray workers",
+    acts_when="the driver has variables of this package set to carry to the Ray workers (the workers' setup hook, "
+              "which boots the plugin in each, is set on every call)",
 )
 
 

@@ -25,8 +25,13 @@ logger = logging.getLogger("verl_ascend_ext.features.device")
 
 
 def forward_gates(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``get_ppo_ray_runtime_env`` plus every package variable set in this process (verl's values kept)."""
+    """``get_ppo_ray_runtime_env`` plus every package variable set in this process (verl's values kept), and the
+    plugin's boot as every worker's setup hook (a hook of the user's own stays: then a worker boots the plugin when
+    it imports verl)."""
+    from verl_ascend_ext.runtime.boot import RAY_SETUP_HOOK
+
     runtime_env = original(*args, **kwargs)
+    runtime_env.setdefault("worker_process_setup_hook", RAY_SETUP_HOOK)
     ours = package_env()
     if ours:
         acted(RAY_RECORD_ID)

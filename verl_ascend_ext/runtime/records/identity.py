@@ -85,10 +85,12 @@ def alive(pid: int, ticks: int | None) -> bool:
 
 
 def ray_actor(title: str) -> str | None:
-    """Actor class (or task name) from a Ray worker's title ``ray::Name.method`` / ``ray::Name``; None when idle."""
+    """Actor class (or task name) from a Ray worker's title ``ray::Name.method`` / ``ray::Name``, or a named
+    actor's ``ray::<actor name>:<...>:Name.method``; None when idle."""
     if not title.startswith("ray::"):
         return None
-    name = title[5:].split(".", 1)[0].split()[0] if title[5:].strip() else ""
+    name = title[5:].split()[0] if title[5:].strip() else ""
+    name = name.split(".", 1)[0].rsplit(":", 1)[-1]
     return None if name in ("", "IDLE") else name
 
 
