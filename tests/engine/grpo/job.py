@@ -34,14 +34,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from grpo.overrides import FSDP2_ACTOR, common, fully_async_overrides, megatron_overrides, sync_overrides
+from grpo.paths import ALIAS, HERE, MEGATRON, MODELS, OVERLAY
 from grpo.recipe_overrides import merged, recipe_overrides
-from repo import CACHE, script_module
+from repo import script_module
 from subprocesses import run_command, scrubbed_env
 
 from verl_ascend_ext.runtime.records.identity import alive
@@ -51,14 +54,9 @@ from verl_ascend_ext.runtime.records.report import idle
 if TYPE_CHECKING:
     from grpo.jobs import JobSpec
 
-HERE = Path(__file__).resolve().parent
-MODEL = CACHE / "tiny-qwen2-v3"  # scripts/setup_vllm_engine.sh makes both
-DATA = CACHE / "grpo-arithmetic-v1"
-OVERLAY = {"0.9.0": Path(sys.prefix) / "verl-0.9.0-overlay"}  # scripts/setup_vllm_engine.sh; 0.9.1 is installed
-MEGATRON = Path(sys.prefix) / "megatron-overlay"  # megatron-core 0.16.1 and mbridge 0.15.1 (setup_vllm_engine.sh)
-ALIAS = Path(sys.prefix) / "vllm-dist-alias"  # verl reads the `vllm` distribution's version
 GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 MARK = "VERL_ASCEND_EXT_GRPO_JOB"  # the job's processes carry it (scrubbed from test subprocesses: VERL_ASCEND_)
+TRACKER = "latest_checkpointed_iteration.txt"  # verl writes the last completed checkpoint's step there
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 TEARDOWN = 30.0  # seconds Ray gets to end the job's processes after the driver exited
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
@@ -143,16 +141,17 @@ class Job:
 
         Rollout requests carry the probe's per-sample seed; the teacher's scoring requests (prompt and response in,
         one token out) carry none and are not samples."""
-        return sorted((r for r in self._served() if r["seed"] is not None), key=lambda r: r["t"])
+        return sorted((r for r in self.served() if r["seed"] is not None), key=lambda r: r["t"])
 
     def teacher_servers(self) -> set[int]:
         """Pids of the vLLM servers that answered only the teacher's scoring requests (no seeded sample)."""
         by_pid: dict[int, set[bool]] = {}
-        for row in self._served():
+        for row in self.served():
             by_pid.setdefault(row["pid"], set()).add(row["seed"] is None)
         return {pid for pid, unseeded in by_pid.items() if unseeded == {True}}
 
-    def _served(self) -> list[dict]:
+    def served(self) -> list[dict]:
+        """Every generate call verl's vLLM servers answered (``grpo_probe``), each with the server's pid."""
         rows = []
         for path in (self.directory / "tokens").glob("*.jsonl"):
             rows += [{**json.loads(line), "pid": int(path.stem)} for line in path.read_text().splitlines() if line]
@@ -163,88 +162,7 @@ class Job:
                f"{self.log[-6000:]}"
 
 
-TEACHER = "distillation.teacher_models.teacher_model"
-# On-policy distillation from a teacher served by vLLM in its own pool (one replica, one fake GPU: ``start_ray``):
-# a top-k loss on the fsdp2 actor, the task reward kept beside it. The teacher is the student's own tiny model: the
-# numbers need not mean anything, the code paths are what is under test.
-DISTILLATION = [
-    "distillation.enabled=True", "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
-    "distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=4",
-    "distillation.distillation_loss.use_task_rewards=True",
-    "distillation.distillation_loss.use_policy_gradient=False",
-    f"{TEACHER}.model_path={MODEL}", f"{TEACHER}.inference.tensor_model_parallel_size=1",
-    f"{TEACHER}.inference.max_model_len=64", f"{TEACHER}.inference.max_num_batched_tokens=256",
-    f"{TEACHER}.inference.max_num_seqs=8", f"+{TEACHER}.inference.enable_sleep_mode=False",
-    f"+{TEACHER}.inference.engine_kwargs.vllm.kv_cache_memory_bytes=33554432",
-]
-
-
-MCORE = "actor_rollout_ref.actor.megatron"
-# verl's Megatron actor (``--config-name ppo_megatron_trainer``) with vanilla mbridge, the layout split over the
-# ranks (``megatron_overrides``), on the CPU through ``transfer_to_cpu``: megatron's local attention (no
-# TransformerEngine, no packed THD input), no sequence parallel (torch's norm rejects it), nothing offloaded.
-MEGATRON_ACTOR = [
-    "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.use_remove_padding=False",
-    f"{MCORE}.use_mbridge=True", f"{MCORE}.vanilla_mbridge=True", f"{MCORE}.use_remove_padding=False",
-    f"{MCORE}.sequence_parallel=False", f"+{MCORE}.override_transformer_config.sequence_parallel=False",
-    f"{MCORE}.override_transformer_config.attention_backend=local",
-    f"{MCORE}.param_offload=False", f"{MCORE}.optimizer_offload=False",  # (verl 0.9.1 has no grad_offload)
-    "actor_rollout_ref.actor.use_torch_compile=False",
-]
-
-
-def megatron_overrides(layout: dict[str, int]) -> list[str]:
-    """The Megatron actor's overrides with ``layout`` (e.g. ``{"pipeline_model_parallel_size": 2}``)."""
-    return [*MEGATRON_ACTOR, *(f"{MCORE}.{key}={value}" for key, value in layout.items())]
-
-
-def overrides(directory: Path, *, ranks: int, steps: int, save_freq: int, resume_from: Path | None,
-              ray_address: str, distill: bool, megatron: dict[str, int] | None = None,
-              checkpoints: Path | None = None) -> list[str]:
-    """The trainer's Hydra overrides: verl's own config keys only (``+`` where rollout.yaml lacks the field).
-    ``megatron``: the Megatron actor with that layout instead of the fsdp2 one."""
-    actor = megatron_overrides(megatron) if megatron is not None else [
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # no flash-attention on the CPU
-        "actor_rollout_ref.actor.strategy=fsdp2",
-        # the entropy function's inductor compile costs ~15 s per job on 2 CPU cores and is not under test
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-    ]
-    out = [
-        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
-        f"data.train_files={DATA / 'train.parquet'}", f"data.val_files={DATA / 'test.parquet'}",
-        "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=16",
-        "data.filter_overlong_prompts=False", "data.truncation=error", "data.dataloader_num_workers=0",
-        f"actor_rollout_ref.model.path={MODEL}", *actor, "actor_rollout_ref.actor.use_kl_loss=False",
-        # 8 samples a step in mini-batches of 3 prompts x n=2: verl pads 4 synthetic samples (response mask all
-        # zero) a step, and with 1 sample per micro-batch some micro-batches hold padding only
-        "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.enforce_eager=True",
-        # verl's whole sleep / wake-up loop runs; vLLM refuses its own sleep mode on the CPU (no CuMem allocator)
-        "actor_rollout_ref.rollout.free_cache_engine=True", "+actor_rollout_ref.rollout.enable_sleep_mode=False",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.max_num_batched_tokens=256", "actor_rollout_ref.rollout.max_model_len=64",
-        "actor_rollout_ref.rollout.max_num_seqs=8",
-        "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=33554432",  # 32 MiB of KV cache
-        "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
-        f"reward.custom_reward_function.path={HERE / 'arithmetic_reward.py'}",
-        "reward.custom_reward_function.name=compute_score",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}", "trainer.nnodes=1",
-        f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}", "trainer.test_freq=-1",
-        "trainer.val_before_train=False", "trainer.logger=console",
-        f"trainer.default_local_dir={checkpoints or directory / 'ckpt'}",
-        f"trainer.rollout_data_dir={directory / 'rollouts'}",
-        "trainer.project_name=verl-ascend-ext", "trainer.experiment_name=grpo-cpu",
-        f"+ray_kwargs.ray_init.address={ray_address}",  # the job's own cluster (``start_ray``)
-        *(DISTILLATION if distill else []),
-    ]
-    if resume_from is not None:
-        out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
-    else:
-        out += ["trainer.resume_mode=disable"]
-    return out
+SYNC_ENTRY, FULLY_ASYNC_ENTRY = "verl.trainer.main_ppo", "verl.experimental.fully_async_policy.fully_async_main"
 
 
 def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: float = 900) -> Job:
@@ -252,54 +170,78 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
     checkpoint it resumes (``spec.resumes``)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokens").mkdir(exist_ok=True)
-    megatron = spec.layout if spec.actor == "megatron" else None
-    resume_from, checkpoints = None, None
+    megatron = spec.actor == "megatron"
+    moe = spec.model == "qwen3-moe"
+    resume_from, checkpoints = None, directory / "ckpt"
     if before is not None and spec.resume_step is not None:
         resume_from = before.checkpoints / f"global_step_{spec.resume_step}"
     elif before is not None:  # on a copy of that job's checkpoint directory, which stays as it was
-        checkpoints = directory / "ckpt"
         shutil.copytree(before.checkpoints, checkpoints)
     recipe: list[str] = []
+    config = "ppo_megatron_trainer" if megatron else "ppo_trainer"
     if spec.recipe is not None:
-        config_name, recipe, _ = recipe_overrides(spec.recipe)
-        assert config_name == ("ppo_megatron_trainer" if megatron is not None else "ppo_trainer"), config_name
+        config, recipe, _ = recipe_overrides(spec.recipe, moe=moe, gate=spec.gate)
+        recipe = [_overlay_searchpath(o, spec.verl) for o in recipe]
     path = [str(OVERLAY[spec.verl])] if spec.verl in OVERLAY else []
-    if megatron is not None:
+    modules = ["verl_cpu_test_platform", "grpo_probe"]
+    if megatron:
         path.append(str(MEGATRON))
-    modules = "verl_cpu_test_platform,grpo_probe" + (",transfer_to_cpu" if megatron is not None else "")
+        modules.append("transfer_to_cpu")
+    if moe:
+        modules += ["moe_transfer_to_cpu", "moe_vllm_cpu"]
+    if spec.mode == "fully-async":
+        modules.append("cpu_bert_padding")
     marker = f"{spec.name}-{uuid.uuid4().hex[:12]}"
     cluster_env = scrubbed_env({  # what the Ray cluster starts with: the test's infrastructure, none of our gates
-        "VERL_USE_EXTERNAL_MODULES": modules,
+        "VERL_USE_EXTERNAL_MODULES": ",".join(modules),
         "VERL_PLATFORM": "cpu-test",
         "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda and npu only
         "GRPO_PROBE_TOKENS": str(directory / "tokens"),
-        "GRPO_PROBE_SEED_PER_SAMPLE": "1000",  # rollouts independent of routing and batching (see grpo_probe)
         "GRPO_PROBE_ORDERED_BATCH": "1",  # the training batch in data order, not finishing order (see grpo_probe)
+        # rollouts independent of routing and batching (see grpo_probe); verl 0.9.0's fully-async rollouter hands
+        # the agent loop no ``session_id`` (the sample's number in its group) and its runs are not compared
+        **({} if spec.mode == "fully-async" else {"GRPO_PROBE_SEED_PER_SAMPLE": "1000"}),
+        "CPU_CKPT_ENGINE_STATS": str(directory / "transfers"),  # the checkpoint engine's transfers (fully-async)
         "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1",
         "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray on loopback only
         MARK: marker, **spec.faults,
     }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
+    (directory / "transfers").mkdir(exist_ok=True)
     driver_env = {**cluster_env,
                   GATE: "1" if spec.gate else "0",  # the driver only: the plugin carries it to every Ray worker
                   "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status")}
+    actor = megatron_overrides(dict(spec.layout), moe=moe) if megatron else FSDP2_ACTOR
+
+    def command(address: str) -> list[str]:
+        own = common(MODELS[spec.model], actor, spec.ranks, address, checkpoints)
+        if spec.mode == "fully-async":
+            own += fully_async_overrides(steps=spec.steps, save_freq=spec.save_every)
+            entry = FULLY_ASYNC_ENTRY
+        else:
+            own += sync_overrides(directory, steps=spec.steps, save_freq=spec.save_every, resume_from=resume_from,
+                                  distill=spec.teacher)
+            entry = SYNC_ENTRY
+        return [sys.executable, "-m", entry, "--config-name", config, *merged(own, recipe)]
+
+    # Ray's fake GPUs: the actor ranks, and the teacher's replica (sync) or the rollout's replica (fully-async)
+    gpus = spec.ranks + (1 if spec.mode == "fully-async" else int(spec.teacher))
     log_path = directory / "job.log"
     started = time.monotonic()
     with open(log_path, "w") as log:
         try:
-            # actor ranks (and the teacher's replica)
-            head, address = start_ray(spec.ranks + spec.teacher, cluster_env, log)
-            config = ["--config-name", "ppo_megatron_trainer"] if megatron is not None else []
-            own = overrides(directory, ranks=spec.ranks, steps=spec.steps, save_freq=spec.save_every,
-                            resume_from=resume_from, ray_address=address, distill=spec.teacher, megatron=megatron,
-                            checkpoints=checkpoints)
-            argv = [sys.executable, "-m", "verl.trainer.main_ppo", *config, *merged(own, recipe)]
+            head, address = start_ray(gpus, cluster_env, log)
+            argv = command(address)
+            (directory / "argv.json").write_text(json.dumps(argv, indent=1))
             proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
+            killer = RankKiller(directory, checkpoints, spec.kill) if spec.kill else None
             try:
                 returncode = proc.wait(timeout=timeout)
                 await_teardown(directory / "status", TEARDOWN)
             except subprocess.TimeoutExpired:
                 returncode = -signal.SIGKILL
+            if killer is not None:
+                killer.stop.set()
             kill_job(proc.pid, marker)
             kill_job(head.pid, marker)
         except subprocess.CalledProcessError as err:
@@ -313,6 +255,44 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
                    "ok" if returncode == 0 else f"exit {returncode}")
     text = log_path.read_text(errors="replace")
     return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints)
+
+
+class RankKiller(threading.Thread):
+    """A fully-async job's fault (``JobSpec.kill``, ``trainer-rank1@saved-N``): once the trainer's checkpoint of
+    step N is complete (verl's tracker ``latest_checkpointed_iteration.txt`` says N; it is written after the save),
+    trainer rank 1 (a ``WorkerDict``, found in the job's records) is killed with SIGKILL, as the OOM killer would,
+    while the next step runs. (Right after a weight sync would race with that step's save, which follows it.)"""
+
+    def __init__(self, directory: Path, checkpoints: Path, kill: str) -> None:
+        super().__init__(daemon=True, name=f"kill {kill}")
+        what, _, after = kill.partition("@saved-")
+        if what != "trainer-rank1" or not after.isdigit():
+            raise ValueError(f"JobSpec.kill={kill!r}: only 'trainer-rank1@saved-<step>' is known")
+        self.status, self.tracker, self.after = directory / "status", checkpoints / TRACKER, int(after)
+        self.stop = threading.Event()
+        self.start()
+
+    def _saved(self) -> int:
+        text = self.tracker.read_text().strip() if self.tracker.exists() else ""
+        return int(text) if text.isdigit() else 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            if self._saved() < self.after:
+                continue
+            records, _ = read_records(str(self.status))
+            ranks = [r for r in records if r.get("actor_class") == "WorkerDict" and r["ranks"].get("rank") == 1]
+            if ranks:
+                os.kill(int(ranks[0]["pid"]), signal.SIGKILL)
+                return
+
+
+def _overlay_searchpath(override: str, verl: str) -> str:
+    """A recipe's ``hydra.searchpath`` names the installed verl's trainer config: for a job of the overlay's verl,
+    the overlay's."""
+    if verl in OVERLAY and override.startswith("hydra.searchpath="):
+        return f"hydra.searchpath=[file://{OVERLAY[verl] / 'verl' / 'trainer' / 'config'}]"
+    return override
 
 
 def start_ray(gpus: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:
@@ -374,7 +354,8 @@ def _carrying(marker: str) -> list[int]:
 
 
 def parse_metrics(log: str) -> dict[int, dict[str, float]]:
-    """step -> {metric: value} from the lines verl's console logger prints (``step:N - key:value - ...``)."""
+    """step -> {metric: value} from the lines verl's console logger prints (``step:N - key:value - ...``; the
+    fully-async trainer prints two lines a step, the rollouter's numbers and the trainer's: merged)."""
     out: dict[int, dict[str, float]] = {}
     for match in STEP_LINE.finditer(log):
         values = {}
@@ -384,5 +365,5 @@ def parse_metrics(log: str) -> dict[int, dict[str, float]]:
                 values[key.strip()] = float(value)
             except ValueError:
                 continue
-        out[int(match.group(1))] = values
+        out.setdefault(int(match.group(1)), {}).update(values)
     return out

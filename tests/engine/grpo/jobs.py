@@ -16,7 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from grpo.job import DATA, MEGATRON, MODEL, OVERLAY, Job, run
+from grpo.job import Job, run
+from grpo.paths import DATA, MEGATRON, MODELS, OVERLAY
 
 BARRIER_TIMEOUT = 20  # seconds (VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT) before rank 0 gives up on a stalled rank
 DROPPED = "model.layers.1.mlp.down_proj.weight"  # the tensor the export-check scenarios leave out of an export
@@ -39,6 +40,8 @@ class JobSpec:
 
     name: str
     verl: str  # "0.9.0" (the overlay) or "0.9.1" (installed in the engine venv)
+    mode: str = "sync"  # verl's main_ppo in hybrid mode, or "fully-async" (verl's fully_async_main)
+    model: str = "qwen2"  # the tiny dense model, or "qwen3-moe" (paths.MODELS)
     actor: str = "fsdp2"  # or "megatron" (``--config-name ppo_megatron_trainer``)
     layout: Mapping[str, int] = field(default_factory=dict)  # the Megatron actor's parallel sizes
     gate: bool = True  # VERL_VLLM_ASCEND_GLM52_PATCH, set in the driver only
@@ -52,6 +55,8 @@ class JobSpec:
     # directory, resumed as the recipe says (``resume_mode=auto``: the last completed checkpoint)
     resume_step: int | None = None
     recipe: str | None = None  # the shipped recipe whose overrides the job takes (``grpo/recipe_overrides.py``)
+    kill: str = ""  # a fully-async job's fault: "trainer-rank1@saved-N", SIGKILL once step N's checkpoint is complete
+    # (job.RankKiller)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", MappingProxyType(dict(self.layout)))
@@ -63,6 +68,9 @@ class JobSpec:
 
 
 PP2 = {"pipeline_model_parallel_size": 2}
+EP2 = {"expert_model_parallel_size": 2}
+TP2 = {"tensor_model_parallel_size": 2}  # fully-async with PP=2 exports a tied embedding twice (docs/grpo-cpu.md)
+EXPERT = "model.layers.1.mlp.experts.3.down_proj.weight"  # expert 3 lives on EP rank 1: gathered to rank 0 to export
 
 JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     # FSDP2 actor (tests/engine/test_grpo.py). Weight syncs: at start, then at each step's end; the 4th is step 3's,
@@ -75,13 +83,28 @@ JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     # weight syncs: at start, at step 4's end, at step 5's end (the 3rd, after the save): rank 1 stalls there
     JobSpec("resumed", verl="0.9.1", teacher=True, steps=5, save_every=5, resumes="on", resume_step=3,
             faults=fault("stall", sync=3), planned="WeightSyncBarrierTimeout"),
-    JobSpec("recovered", verl="0.9.1", steps=6, save_every=6, resumes="resumed", resume_step=5),
     # Megatron actor (tests/engine/test_megatron.py), the GLM-5.2 recipe's overrides; the step-2 export loses a
     # tensor held by pipeline stage 2: that save stops, after step 1's checkpoint completed
     JobSpec("megatron", verl="0.9.0", actor="megatron", layout=PP2, save_every=1, recipe="glm5_2_megatron",
             faults=dropped(DROPPED, under="global_step_2"), planned="ExportCheckError"),
-    JobSpec("megatron-resumed", verl="0.9.1", actor="megatron", layout=PP2, save_every=1, recipe="glm5_2_megatron",
-            resumes="megatron"),
+    # the recipes' own path (tests/engine/test_moe.py): a MoE with expert parallel 2, routing replay R3 and the
+    # offloads, the GLM-5.2 recipe's MoE keys taken; the step-2 export loses an expert of EP rank 1: that save stops,
+    # and the resume on verl 0.9.1 (the recipe's resume_mode=auto) carries on from step 1's checkpoint
+    JobSpec("moe", verl="0.9.0", model="qwen3-moe", actor="megatron", layout=EP2, save_every=1,
+            recipe="glm5_2_megatron", faults=dropped(EXPERT, under="global_step_2"), planned="ExportCheckError"),
+    JobSpec("moe-resumed", verl="0.9.1", model="qwen3-moe", actor="megatron", layout=EP2, save_every=1,
+            recipe="glm5_2_megatron", resumes="moe"),
+    # verl's fully-async mode (tests/engine/test_fully_async.py): the fully-async recipe's overrides, the trainer on
+    # 2 ranks (Megatron TP=2) and one vLLM replica in its own pool; 3 steps, a weight sync before training and after
+    # each step, a checkpoint each step; the resume on verl 0.9.1 (where each sync wakes the rollout up in two parts)
+    # trainer rank 1 is killed once step 3's checkpoint is complete, while step 4 runs: the job fails there
+    JobSpec("fully-async", verl="0.9.0", mode="fully-async", actor="megatron", layout=TP2, steps=4, save_every=1,
+            recipe="glm5_2_megatron_fully_async", kill="trainer-rank1@saved-3",
+            planned="ActorDiedError"),
+    # resumed from step 3's checkpoint; two steps at least (the trainer prints a step's metrics at the next step's
+    # line, and verl's fully-async resume counts its first step one further than the checkpoint's: docs/grpo-cpu.md)
+    JobSpec("fully-async-resumed", verl="0.9.1", mode="fully-async", actor="megatron", layout=TP2, steps=6,
+            save_every=1, recipe="glm5_2_megatron_fully_async", resumes="fully-async"),
 )}
 
 
@@ -102,7 +125,8 @@ class Jobs:
 
 def require_job_inputs() -> None:
     """Fail (not skip) naming the fix when what every job needs is missing."""
-    for path, what in ((MODEL, "the tiny model"), (DATA, "the GRPO data set"),
-                       (OVERLAY["0.9.0"], "the verl 0.9.0 overlay"), (MEGATRON, "the megatron-core/mbridge overlay")):
+    for path, what in ((MODELS["qwen2"], "the tiny model"), (MODELS["qwen3-moe"], "the tiny MoE model"),
+                       (DATA, "the GRPO data set"), (OVERLAY["0.9.0"], "the verl 0.9.0 overlay"),
+                       (MEGATRON, "the megatron-core/mbridge overlay")):
         if not path.exists():
             pytest.fail(f"{what} is missing at {path}: run scripts/setup_vllm_engine.sh", pytrace=False)

@@ -1,11 +1,12 @@
-"""The shipped GLM-5.2 recipe's own Hydra overrides, as the Megatron jobs of the GRPO tier run them.
+"""The shipped recipes' own Hydra overrides, as the engine tier's Megatron, MoE and fully-async jobs run them.
 
-Read from the recipe's run.sh itself (``VERL_ASCEND_RECIPE_EMIT=overrides``, what ``verl-ascend recipe check``
+Read from each recipe's run.sh itself (``VERL_ASCEND_RECIPE_EMIT=overrides``, what ``verl-ascend recipe check``
 reads), not copied: a change to the recipe shows up in the job. Every override is taken but those ``LEFT_OUT``
 names, each with its reason: what names the NPU (its kernels, graph mode, vLLM-Ascend options), sizes (nodes,
-batch, lengths, parallel layouts), the model (GLM-5.2's paths, architecture fields, MoE router), or what cannot
-run here. The job's own overrides (``job.overrides``) fill what is left out; where both set a key, the recipe's
-value wins.
+batch, lengths, parallel layouts), the model (GLM-5.2's paths, architecture fields), or what cannot run here;
+``DENSE_LEFT_OUT`` what the dense model's jobs leave out and the MoE jobs take (routing replay, the MoE router's
+settings, the offloads); ``FULLY_ASYNC_LEFT_OUT`` what the fully-async recipe adds. The job's own overrides
+(``overrides``) fill what is left out; where both set a key, the recipe's value wins.
 """
 
 from __future__ import annotations
@@ -50,21 +51,14 @@ LEFT_OUT: dict[str, str] = {
     f"{TC}.use_dsa_absorb": f"{MODEL}: DeepSeek sparse attention",
     f"{TC}.use_fused_lightning_indexer*": f"{MODEL}: DeepSeek sparse attention's indexer ({NPU} kernel)",
     f"{TC}.use_fused_sparse_flash_attention": f"{MODEL}: DeepSeek sparse attention ({NPU} kernel)",
-    f"{TC}.moe_*": f"{MODEL}: its MoE router",
     f"{TC}.pipeline_model_parallel_layout": f"{MODEL}: its layers over 8 pipeline stages",
     f"{TC}.context_parallel_size": SIZE,
-    "actor_rollout_ref.actor.megatron.router_replay.mode": "routing replay (R3) needs a router: the tiny model is "
-                                                           "dense (see docs/grpo-cpu.md, MoE)",
-    "actor_rollout_ref.rollout.enable_rollout_routing_replay": "routing replay (R3) needs a router: the tiny model "
-                                                               "is dense",
     "actor_rollout_ref.actor.megatron.vanilla_mbridge": "Megatron-Bridge does not install on this machine "
                                                         "(transformer-engine's CUDA build, mamba-ssm, transformers "
                                                         "4.57): vanilla mbridge exports",
-    "actor_rollout_ref.actor.megatron.param_offload": "offload to host memory: not tried on the CPU, where device "
-                                                      "and host memory are one",
-    "actor_rollout_ref.actor.megatron.optimizer_offload": "offload to host memory: not tried on the CPU",
-    "actor_rollout_ref.actor.optim.override_optimizer_config.*": "megatron's CPU-offload optimizer: not tried on "
-                                                                 "the CPU",
+    f"{TC}.moe_router_enable_expert_bias": "megatron accepts expert bias with a sigmoid router only "
+                                           "(transformer/transformer_config.py:1593); GLM-5.2 routes with a sigmoid, "
+                                           "the tiny Qwen3-MoE with a softmax",
     "actor_rollout_ref.actor.megatron.*_parallel_size": SIZE,
     "actor_rollout_ref.rollout.*_parallel_size": SIZE,
     "actor_rollout_ref.rollout.n": SIZE,
@@ -85,6 +79,37 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
+# left out by the dense model's jobs only: the MoE jobs take them (tests/engine/test_moe.py)
+DENSE_LEFT_OUT: dict[str, str] = {
+    "actor_rollout_ref.actor.megatron.router_replay.mode": "routing replay (R3) needs a router: the tiny Qwen2 is "
+                                                           "dense (the MoE jobs take it)",
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay": "routing replay (R3) needs a router: the tiny Qwen2 "
+                                                               "is dense (the MoE jobs take it)",
+    f"{TC}.moe_*": "the MoE router's settings: the tiny Qwen2 is dense (the MoE jobs take them)",
+    "actor_rollout_ref.actor.megatron.param_offload": "offload: taken by the MoE jobs (with the stand-ins "
+                                                      "moe_transfer_to_cpu loads), not by the dense ones",
+    "actor_rollout_ref.actor.megatron.optimizer_offload": "offload: taken by the MoE jobs, not by the dense ones",
+    "actor_rollout_ref.actor.optim.override_optimizer_config.*": "megatron's CPU-offload optimizer: taken by the "
+                                                                 "MoE jobs, not by the dense ones",
+}
+FULLY_ASYNC = "glm5_2_megatron_fully_async"
+# what the fully-async recipe sets beyond the synchronous one's and its tiny CPU jobs leave out
+FULLY_ASYNC_LEFT_OUT: dict[str, str] = {
+    "ray_kwargs.ray_init.address": "the job's own Ray cluster (its address is the job's)",
+    "rollout.nnodes": SIZE,
+    "rollout.n_gpus_per_node": SIZE,
+    "rollout.total_rollout_steps": SIZE,
+    "async_training.trigger_parameter_sync_step": "the test's sync schedule: one weight sync per trainer step (the "
+                                                  "recipe's 4 would need 4 steps per sync)",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes":
+        SIZE + ": two buckets of 1824 MB in each of 3 processes (the tiny model is 726 KB)",
+    "trainer.logger": "tensorboard is not installed in the engine venv (console only)",
+    "async_training.staleness_threshold": "the test's setting: with 2 prompts a step the recipe's 0.3 lets the "
+                                          "rollouter run no sample ahead (int(2 x 1.3) = 2): nothing would be in "
+                                          "flight at a sync",
+}
+
+
 def parsed(overrides: list[str]) -> list[Override]:
     """The overrides as Hydra parses them (key, typed value)."""
     return OverridesParser.create().parse_overrides(overrides)
@@ -95,21 +120,34 @@ def key_of(override: str) -> str:
     return parsed([override])[0].key_or_group
 
 
-def left_out_reason(key: str) -> str | None:
-    return next((why for pattern, why in LEFT_OUT.items() if fnmatch.fnmatchcase(key, pattern)), None)
+def left_out(name: str, moe: bool) -> dict[str, str]:
+    """Every key pattern a job of ``name``'s recipe leaves out (the MoE jobs' list, or the dense ones')."""
+    return {**LEFT_OUT, **({} if moe else DENSE_LEFT_OUT), **(FULLY_ASYNC_LEFT_OUT if name == FULLY_ASYNC else {})}
 
 
-def recipe_overrides(name: str = RECIPE) -> tuple[str, list[str], dict[str, str]]:
-    """The recipe's config name, the overrides the job takes from it, and those it leaves out (key -> why)."""
+def left_out_reason(key: str, patterns: dict[str, str] | None = None) -> str | None:
+    patterns = LEFT_OUT if patterns is None else patterns
+    return next((why for pattern, why in patterns.items() if fnmatch.fnmatchcase(key, pattern)), None)
+
+
+def recipe_overrides(name: str = RECIPE, moe: bool = False,
+                     gate: bool = True) -> tuple[str, list[str], dict[str, str]]:
+    """The recipe's config name (``module:name`` for a recipe that runs another entry point than ``main_ppo``),
+    the overrides a job takes from it, and those it leaves out (key -> why). ``moe``: a MoE job's list; ``gate``
+    off: the recipe's own copy of the GLM-5.2 gate in Ray's runtime env is left out too."""
     config_name, overrides = script_overrides(get_recipe(name).script, os.environ)
+    patterns = left_out(name, moe)
+    if not gate:
+        patterns["ray_kwargs.ray_init.runtime_env.env_vars.VERL_VLLM_ASCEND_GLM52_PATCH"] = \
+            "a gate-off job: the recipe passes the gate to Ray's runtime env itself"
     taken, left = [], {}
     for override in overrides:
-        why = left_out_reason(key_of(override))
+        why = left_out_reason(key_of(override), patterns)
         if why is None:
             taken.append(override)
         else:
             left[key_of(override)] = why
-    return config_name, taken, left
+    return config_name.rpartition(":")[2], taken, left
 
 
 def merged(own: list[str], recipe: list[str]) -> list[str]:

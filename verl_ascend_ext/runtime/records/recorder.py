@@ -4,7 +4,8 @@ Written at the end of ``boot.activate`` and again whenever a patch status change
 refusal), another loader boots the plugin again, an eager replacement runs (or acts) for the first time in the
 process, a replacement stands down on a path for the first time, an exception of the plugin's own escapes a
 replacement or the boot (``failed``, when it escapes) and when the process ends (``ending``, from
-``process_end``). What a record holds is ``schema``'s.
+``process_end``), and once in a Ray worker that booted idle, when Ray binds it an actor (``actor_watch``). What a
+record holds is ``schema``'s.
 
 Housekeeping is this writer's too, for its own kind only: after its first write it removes, at most once an hour
 and in a daemon thread, the records of dead processes of its own host and namespace last written more than
@@ -27,7 +28,7 @@ from typing import Any
 
 from verl_ascend_ext.patching.status import acts_of, stood_down_on, was_exercised
 from verl_ascend_ext.patching.status import lock as status_lock
-from verl_ascend_ext.runtime.records import identity, store
+from verl_ascend_ext.runtime.records import actor_watch, identity, store
 from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, LOCAL_NAMESPACE, new_record
 
 logger = logging.getLogger("verl_ascend_ext")
@@ -152,6 +153,8 @@ def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callab
     global _recorder
     _recorder = Recorder(source, gates, disable, statuses, observed or {})
     _recorder.write()
+    if _recorder.session is not None and identity.ray_actor(identity.process_title()) is None:
+        actor_watch.watch_for_actor(changed)
 
 
 def loaded_again(source: str) -> None:
