@@ -171,7 +171,9 @@ def _replaying(replay: SimpleNamespace) -> Callable[[Callable[..., Any]], Any]:
 
 
 def _routers(counted: bool) -> list:
-    """A model chunk holding one Megatron TopKRouter (layer 1) whose RouterReplay counted this step or not."""
+    """A model chunk holding one Megatron TopKRouter (layer 1) whose RouterReplay counted this step or not (verl's
+    replay module imported, as in every rank of a Megatron R3 actor)."""
+    import verl.utils.megatron.router_replay_patch  # noqa: F401
     from megatron.core.transformer.moe.router import TopKRouter
 
     from verl_ascend_ext.features.routing.agreement import COUNTS

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from verl_ascend_ext.features.routing.agreement import count, metrics_of, replaying_rollout_routes, take_counts
 from verl_ascend_ext.features.routing.declaration import AGREEMENT_METRIC, ROUTE_AGREEMENT, ROUTE_CHECK
 from verl_ascend_ext.features.routing.routes import RouterShape, check_micro_batch
 from verl_ascend_ext.patching.status import acted, stood_down
+
+REPLAY_MODULE = "verl.utils.megatron.router_replay_patch"  # imported by every rank of a Megatron R3 actor
 
 
 def check_routes_before_replay(original: Any, engine: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
@@ -73,7 +76,8 @@ def report_route_agreement(original: Any, worker: Any, data: Any, *args: Any, **
     output = original(worker, data, *args, **kwargs)
     engine = getattr(worker, "engine", None)
     replay = getattr(getattr(engine, "engine_config", None), "router_replay", None)
-    if not getattr(engine, "enable_routing_replay", False) or getattr(replay, "mode", None) != "R3":
+    if (not getattr(engine, "enable_routing_replay", False) or getattr(replay, "mode", None) != "R3"
+            or REPLAY_MODULE not in sys.modules):  # R3 on another engine (VeOmni's): no Megatron router counted
         return output
     metrics = _step_agreement(engine)
     if not metrics:
