@@ -33,6 +33,7 @@ from verl_ascend_ext.runtime.findings import ERROR, INFO, OK
 pytestmark = pytest.mark.anyverl
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "routing.py")
+RANKS = str(REPO / "tests" / "scenarios" / "routing_ranks.py")
 IDS = ("r3-route-check", "r3-route-agreement", "r3-route-agreement-metric")
 METRIC, METRIC_MIN = "actor/rollout_actor_route_agreement", "actor/rollout_actor_route_agreement_min"
 HOW_TO_SKIP = "To replay such routes anyway: VERL_ASCEND_EXT_ROUTE_CHECK=0, or VERL_ASCEND_EXT_DISABLE=r3-route-check."
@@ -113,6 +114,19 @@ def test_without_the_count_there_is_no_metric_to_report() -> None:
 def test_without_the_check_an_out_of_range_expert_fails_deep_in_verl() -> None:
     error = scenario("range", (("VERL_USE_EXTERNAL_PLUGINS", "none"),))["error"]
     assert error.startswith("RuntimeError: index 8 is out of bounds"), error  # no sample, no layer, no cause
+
+
+def test_two_ranks_sum_the_counts_by_layer_and_report_the_same_values() -> None:
+    """verl's real train_mini_batch on 2 gloo ranks holding different layers' counts (data and pipeline split)."""
+    proc = run_command([sys.executable, RANKS], None, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = last_json(proc.stdout)
+    assert out["exit_codes"] == [0, 0]
+    for rank in out["ranks"]:  # layer 1: (3 + 1) / (4 + 4); layer 2: 2 / 2
+        assert rank["metrics"] == {"loss": [0.5], "rollout_actor_route_agreement": [0.75],
+                                   "rollout_actor_route_agreement_min": [0.5]}, rank
+        assert rank["status"] == "applied" and rank["acts"] == 1
+        assert all(left is None for left in rank["left_on_routers"])  # taken: the next step counts from zero
 
 
 # ---- the checks on small tensors ---------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ def count(replay: Any, native: torch.Tensor, target: torch.Tensor, mask: torch.T
         keep = mask.to(native.device).bool().reshape(-1)
         if target.shape != native.shape or keep.numel() != native.shape[0]:
             return False  # verl refuses such a replay itself ("Router replay tensors are not aligned")
-        same = (native.sort(-1).values == target.to(native.device).sort(-1).values).all(-1) & keep
+        # the sets are equal when each of the router's k (distinct) experts is among the k replayed ones; no sort
+        same = (native[:, :, None] == target.to(native.device)[:, None, :]).any(-1).all(-1) & keep
         counts = torch.stack((same.sum(), keep.sum()))
     previous = getattr(replay, COUNTS, None)
     setattr(replay, COUNTS, counts if previous is None else previous + counts)

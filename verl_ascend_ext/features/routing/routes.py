@@ -7,19 +7,19 @@ chosen, for the tokens they are replayed on:
 - **length**: a sample has a route row per token (or one fewer: the rollout never routes the last generated token;
   verl appends a placeholder), as verl's ``align_r3_router_replay_data`` accepts;
 - **range**: every replayed expert id is in ``[0, num_experts)``;
-- **a route on every token that feeds the response**: a row that repeats an expert (``[0, 0]``: what is left where
-  the rollout recorded nothing, since verl zero-fills the rows it did not get) is no router's choice when ``topk``
-  is 2 or more. Only tokens before the sample's last response token count: later ones (a tool response that ended
-  a multi-turn sample, the placeholder) reach no scored token, and verl's agent loop leaves them zero by design;
-- **not one expert set for a whole sample**: every token of every MoE layer choosing the same experts is what a
-  capture that wrote nothing looks like (vllm#49184: all-zero routes), also for ``topk`` 1. Checked only for samples
-  with at least ``MIN_CONSTANT_TOKENS`` such tokens and a model with more experts than ``topk`` (then a real router
-  keeping one set for every token of every layer has odds like ``p ** (tokens * layers)``: a false positive, which
-  stops a job, is ruled out in practice; a short sample is left to the rest of the batch, which the same capture
-  fault hits too).
+- **a route on every token that feeds the response**: a row holding one expert ``topk`` times (``[0, 0]``: what is
+  left where the rollout recorded nothing, since verl zero-fills the rows it did not get) is no router's choice when
+  ``topk`` is 2 or more. Only tokens before the sample's last response token count: later ones (a tool response
+  that ended a multi-turn sample, the placeholder) reach no scored token, and verl's agent loop leaves them zero;
+- **not one expert set for a whole sample**: every token of every MoE layer holding the same experts (in the same
+  order) is what a capture that wrote nothing looks like (vllm#49184: all-zero routes), also for ``topk`` 1.
+  Checked only for samples with at least ``MIN_CONSTANT_TOKENS`` such tokens and a model with more experts than
+  ``topk`` (then a real router keeping one set for every token of every layer has odds like
+  ``p ** (tokens * layers)``: a false positive, which stops a job, is ruled out in practice; a short sample is left
+  to the rest of the batch, which the same capture fault hits too).
 
-The checks run on the device where the routes are, as whole-tensor operations with three host syncs per micro-batch
-(the lengths, the masks, the verdict); the message is built only for a micro-batch that fails.
+The checks run on the device where the routes are, as whole-tensor operations (no sort) with three host syncs per
+micro-batch (the lengths, the masks, the verdict); the message is built only for a micro-batch that fails.
 """
 
 from __future__ import annotations
@@ -158,21 +158,24 @@ def _check_lengths(route_lengths: torch.Tensor, input_lengths: torch.Tensor, uid
 
 def _flags(values: torch.Tensor, offsets: torch.Tensor, rows: Rows, layers: list[int],
            shape: RouterShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out of range [tokens, layers], no route [tokens, layers], one set for the whole sample [samples])."""
+    """(out of range [tokens, layers], no route [tokens, layers], one set for the whole sample [samples]).
+
+    Two reductions per row, no sort: its lowest and highest expert id give the range, and a row whose lowest and
+    highest id are equal holds one expert ``topk`` times (``[0, 0]``: verl's zero-fill) where a router picks ``topk``
+    distinct ones. "One set" compares each row with the sample's first as stored (a capture that wrote one value wrote
+    it in one order). The ids are widened to int32 first: verl 0.9.0 packs routes as uint8, on which a comparison
+    with ``num_experts`` wraps around."""
     samples = offsets.numel() - 1
     sample = torch.repeat_interleave(torch.arange(samples, device=values.device), offsets.diff())
     row = torch.arange(values.shape[0], device=values.device) - offsets[:-1][sample]
     feeds = row < rows.feed[sample]
     replayed = row < rows.replay[sample]
-    ids = values[:, layers, :].long()
-    out_of_range = ((ids < 0) | (ids >= shape.num_experts)).any(-1) & replayed[:, None]
-    ordered = ids.sort(-1).values
-    if shape.topk > 1:
-        no_route = (ordered[..., 1:] == ordered[..., :-1]).any(-1) & feeds[:, None]
-    else:
-        no_route = torch.zeros_like(out_of_range)
-    first = ordered[offsets[:-1].clamp(max=max(values.shape[0] - 1, 0))][:, 0, :]  # each sample's token 0, 1st layer
-    same = (ordered == first[sample][:, None, :]).all(-1).all(-1) | ~feeds
+    ids = values[:, layers, :].int()
+    low, high = ids.amin(-1), ids.amax(-1)
+    out_of_range = ((low < 0) | (high >= shape.num_experts)) & replayed[:, None]
+    no_route = (low == high) & feeds[:, None] if shape.topk > 1 else torch.zeros_like(out_of_range)
+    first = ids[offsets[:-1].clamp(max=max(values.shape[0] - 1, 0)), 0]  # each sample's token 0, first layer
+    same = (ids == first[sample][:, None, :]).flatten(1).all(-1) | ~feeds
     differing = torch.zeros(samples, dtype=torch.long, device=values.device).index_add_(0, sample, (~same).long())
     constant = (differing == 0) & (rows.feed >= MIN_CONSTANT_TOKENS)
     if shape.num_experts <= shape.topk:
@@ -228,7 +231,8 @@ def _missing(values: torch.Tensor, start: int, feed: int, layers: list[tuple[int
                 "have none"
     else:
         where = f"{count} of its {feed} tokens that feed its response have none (the first: token {first})"
-    return f"decoder layer {layers[column][1]}: {where} (a row repeats an expert, e.g. {example}); {spread} affected"
+    return f"decoder layer {layers[column][1]}: {where} (its rows hold one expert {len(example)} times, e.g. " \
+           f"{example}); {spread} affected"
 
 
 def _missing_cause(missing: torch.Tensor, feed: int) -> tuple[str, str]:
