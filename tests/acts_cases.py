@@ -166,8 +166,9 @@ def _get_replay_topk(replay: Any, scores: torch.Tensor, topk: int, num_groups: A
     return default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
 
 
-def _replaying(replay: SimpleNamespace) -> Callable[[Callable[..., Any]], Any]:
-    return lambda r: r(replay, torch.rand(2, 4), 2, default_compute_topk=_topk)
+def _replaying(action: str, counted: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """A router call of verl's routing on a fresh ``RouterReplay`` (its counters start empty on every call)."""
+    return lambda r: r(_replay(action, counted), torch.rand(2, 4), 2, default_compute_topk=_topk)
 
 
 def _routers(counted: bool) -> list:
@@ -252,13 +253,13 @@ CASES = [
              lambda r: r(_r3_engine(), _micro_batch_r3(masks=False)), acts=False),
     # the agreement count: a forward replaying rollout routes counts (reported once per layer and step); recording
     # (R2's log-prob forward), the backward recompute and a layer already counted this step report nothing
-    ActsCase(ROUTE_AGREEMENT, "replaying rollout routes", _get_replay_topk, _replaying(_replay("replay_forward")),
+    ActsCase(ROUTE_AGREEMENT, "replaying rollout routes", _get_replay_topk, _replaying("replay_forward"),
              acts=True),
-    ActsCase(ROUTE_AGREEMENT, "recording", _get_replay_topk, _replaying(_replay("record")), acts=False),
-    ActsCase(ROUTE_AGREEMENT, "backward recompute", _get_replay_topk, _replaying(_replay("replay_backward")),
+    ActsCase(ROUTE_AGREEMENT, "recording", _get_replay_topk, _replaying("record"), acts=False),
+    ActsCase(ROUTE_AGREEMENT, "backward recompute", _get_replay_topk, _replaying("replay_backward"),
              acts=False),
     ActsCase(ROUTE_AGREEMENT, "layer counted already this step", _get_replay_topk,
-             _replaying(_replay("replay_forward", counted=True)), acts=False),
+             _replaying("replay_forward", counted=True), acts=False),
     # the metric: an R3 update whose routers counted reports; a non-R3 worker (the critic) and an update with nothing
     # counted do not
     ActsCase(ROUTE_METRIC, "R3 update, tokens counted", _metrics_output,
