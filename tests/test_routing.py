@@ -30,7 +30,7 @@ from verl_ascend_ext.features.routing.routes import (
 )
 from verl_ascend_ext.runtime.findings import ERROR, INFO, OK
 
-pytestmark = pytest.mark.anyverl
+pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # 10 fresh interpreters importing verl and Megatron
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "routing.py")
 RANKS = str(REPO / "tests" / "scenarios" / "routing_ranks.py")
