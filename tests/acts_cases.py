@@ -26,6 +26,7 @@ DUMMY, KV_B_PROJ = "glm52-vllm-dp-no-dummy-forward-asleep", "glm52-ascend-sfa-ke
 FSDP2, PADDING, EMPTY = "distill-fsdp2-topk", "padding-teacher-fields", "distill-empty-micro-batch"
 RAY_ENV, EXPORT, EXPORT_FSDP = "ray-runtime-env-gates", "checkpoint-export-check", "checkpoint-export-check-fsdp"
 UPSTREAM_BARRIER = "verl_ascend_ext.features.weight_sync.patch_code:bounded_upstream_barrier"  # verl 0.9.1's shape
+ROUTE_CHECK, ROUTE_AGREEMENT, ROUTE_METRIC = "r3-route-check", "r3-route-agreement", "r3-route-agreement-metric"
 
 
 async def _update_weights(self: Any) -> None:
@@ -110,6 +111,94 @@ def _save(*args: Any, **kwargs: Any) -> None:
     """verl's save (the export itself): done."""
 
 
+def _r3_engine(mode: str = "R3", replaying: bool = True, module: list | None = None) -> SimpleNamespace:
+    """verl's MegatronEngine as the route records read it: the router-replay mode, Megatron's MoE config, the model."""
+    config = SimpleNamespace(num_moe_experts=4, moe_router_topk=2, num_layers=1, moe_layer_freq=1)
+    return SimpleNamespace(engine_config=SimpleNamespace(router_replay=SimpleNamespace(mode=mode)), tf_config=config,
+                           enable_routing_replay=replaying, module=module or [])
+
+
+def _micro_batch_r3(replaying: bool = True, masks: bool = True) -> Any:
+    """One micro-batch as verl's R3 forward gets it: 2 packed samples, their routes, dense masks, the replay flag."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    def jagged(rows: list[torch.Tensor]) -> torch.Tensor:
+        return torch.nested.nested_tensor(rows, layout=torch.jagged)
+
+    tensors = {"input_ids": jagged([torch.zeros(4, dtype=torch.long), torch.zeros(3, dtype=torch.long)]),
+               "routed_experts": jagged([torch.tensor([[[0, 1]], [[2, 3]], [[1, 2]], [[0, 3]]]),
+                                         torch.tensor([[[3, 1]], [[2, 0]], [[0, 0]]])])}
+    if masks:
+        tensors.update(attention_mask=torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]]),
+                       response_mask=torch.tensor([[1, 1], [1, 1]]))
+    data = TensorDict(tensors, batch_size=[2])
+    tu.assign_non_tensor(data, enable_routing_replay=replaying)
+    return data
+
+
+def _model_inputs(engine: Any, batch: Any) -> dict:
+    """verl's ``prepare_model_inputs``: the micro-batch's input_ids and routes."""
+    return {"input_ids": batch["input_ids"], "routed_experts": batch.get("routed_experts", None)}
+
+
+def _replay(action: str, counted: bool = False) -> SimpleNamespace:
+    """verl's ``RouterReplay`` of one layer: its action and, replaying, the targets with their mask."""
+    from verl_ascend_ext.features.routing.agreement import COUNTS
+
+    replay = SimpleNamespace(router_replay_action=SimpleNamespace(value=action),
+                             target_topk_idx=torch.tensor([[0, 1], [2, 3]]), target_replay_mask=torch.tensor([1, 0]))
+    if counted:  # this step already counted in this layer
+        setattr(replay, COUNTS, torch.tensor([1, 1]))
+    return replay
+
+
+def _topk(scores: torch.Tensor, topk: int, num_groups: Any = None, group_topk: Any = None) -> Any:
+    return torch.topk(scores, k=topk, dim=1)
+
+
+def _get_replay_topk(replay: Any, scores: torch.Tensor, topk: int, num_groups: Any = None, group_topk: Any = None,
+                     default_compute_topk: Any = None) -> Any:
+    """verl's ``get_replay_topk``: replaying under a mask it calls the router's own top-k once."""
+    if replay.router_replay_action.value == "replay_forward":
+        default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
+        return scores.gather(1, replay.target_topk_idx), replay.target_topk_idx
+    return default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
+
+
+def _replaying(action: str, counted: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """A router call of verl's routing on a fresh ``RouterReplay`` (its counters start empty on every call)."""
+    return lambda r: r(_replay(action, counted), torch.rand(2, 4), 2, default_compute_topk=_topk)
+
+
+def _routers(counted: bool) -> list:
+    """A model chunk holding one Megatron TopKRouter (layer 1) whose RouterReplay counted this step or not (verl's
+    replay module imported, as in every rank of a Megatron R3 actor)."""
+    import verl.utils.megatron.router_replay_patch  # noqa: F401
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    from verl_ascend_ext.features.routing.agreement import COUNTS
+
+    router = TopKRouter.__new__(TopKRouter)  # only what verl's iter_model_routers reads: the type, the replay
+    torch.nn.Module.__init__(router)
+    router.layer_number = 1
+    router.router_replay = SimpleNamespace(**({COUNTS: torch.tensor([3, 4])} if counted else {}))
+    chunk = torch.nn.Module()
+    chunk.decoder = torch.nn.ModuleList([router])
+    return [chunk]
+
+
+def _update(engine: SimpleNamespace) -> Callable[[Callable[..., Any]], Any]:
+    """``train_mini_batch`` on the worker (verl returns the metrics on a rank with outputs)."""
+    return lambda r: r(SimpleNamespace(engine=engine), None)
+
+
+def _metrics_output(worker: Any, data: Any) -> Any:
+    from verl.utils import tensordict_utils as tu
+
+    return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"loss": [0.5]}})
+
+
 CASES = [
     # weight-sync-kv-barrier: a worker with no colocated rollout (fully-async's trainer) calls the original only
     ActsCase(BARRIER, "no colocated rollout", _update_weights, lambda r: r(SimpleNamespace()), acts=False),
@@ -153,4 +242,29 @@ CASES = [
              acts=True),
     ActsCase(EXPORT_FSDP, "no hf_model", _save, _saving(SimpleNamespace(rank=0, should_save_hf_model=False)),
              acts=False),
+    # the route check: an R3 micro-batch the actor replays is checked; the reference's forward (no replay flag), a job
+    # without R3, and a micro-batch without the masks that tell which tokens feed the response are not
+    ActsCase(ROUTE_CHECK, "R3 micro-batch, replay on", _model_inputs, lambda r: r(_r3_engine(), _micro_batch_r3()),
+             acts=True),
+    ActsCase(ROUTE_CHECK, "replay off (the reference)", _model_inputs,
+             lambda r: r(_r3_engine(), _micro_batch_r3(replaying=False)), acts=False),
+    ActsCase(ROUTE_CHECK, "R2, not R3", _model_inputs, lambda r: r(_r3_engine("R2"), _micro_batch_r3()), acts=False),
+    ActsCase(ROUTE_CHECK, "no attention / response mask", _model_inputs,
+             lambda r: r(_r3_engine(), _micro_batch_r3(masks=False)), acts=False),
+    # the agreement count: a forward replaying rollout routes counts (reported once per layer and step); recording
+    # (R2's log-prob forward), the backward recompute and a layer already counted this step report nothing
+    ActsCase(ROUTE_AGREEMENT, "replaying rollout routes", _get_replay_topk, _replaying("replay_forward"),
+             acts=True),
+    ActsCase(ROUTE_AGREEMENT, "recording", _get_replay_topk, _replaying("record"), acts=False),
+    ActsCase(ROUTE_AGREEMENT, "backward recompute", _get_replay_topk, _replaying("replay_backward"),
+             acts=False),
+    ActsCase(ROUTE_AGREEMENT, "layer counted already this step", _get_replay_topk,
+             _replaying("replay_forward", counted=True), acts=False),
+    # the metric: an R3 update whose routers counted reports; a non-R3 worker (the critic) and an update with nothing
+    # counted do not
+    ActsCase(ROUTE_METRIC, "R3 update, tokens counted", _metrics_output,
+             lambda r: _update(_r3_engine(module=_routers(counted=True)))(r), acts=True),
+    ActsCase(ROUTE_METRIC, "not R3", _metrics_output, lambda r: _update(_r3_engine("disabled"))(r), acts=False),
+    ActsCase(ROUTE_METRIC, "nothing counted", _metrics_output,
+             lambda r: _update(_r3_engine(module=_routers(counted=False)))(r), acts=False),
 ]

@@ -14,12 +14,14 @@ FEATURES = (
     ('distillation', 'verl_ascend_ext.features.distillation.declaration'),
     ('glm52_ascend', 'verl_ascend_ext.features.glm52.ascend.declaration'),
     ('glm52_vllm', 'verl_ascend_ext.features.glm52.vllm.declaration'),
+    ('routing', 'verl_ascend_ext.features.routing.declaration'),
     ('weight_sync', 'verl_ascend_ext.features.weight_sync.declaration'),
 )
 
 # (variable, default)
 GATES = (
     ('VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', True),
+    ('VERL_ASCEND_EXT_ROUTE_CHECK', True),
     ('VERL_VLLM_ASCEND_GLM52_PATCH', False),
     ('VERL_ASCEND_EXT_DISTILLATION_FIXES', True),
     ('VERL_ASCEND_EXT_DEVICE_HOOKS', True),
@@ -38,6 +40,9 @@ RECORDS = (
     ('weight-sync-light-empty-cache', 'verl.utils.memory_utils:aggressive_empty_cache', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'acts'),
     ('weight-sync-sender-no-full-gc', 'verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightSender._cleanup', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
     ('weight-sync-receiver-no-full-gc', 'verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightReceiver._cleanup', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
+    ('r3-route-check', 'verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead.prepare_model_inputs', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
+    ('r3-route-agreement', 'verl.utils.megatron.router_replay_patch:RouterReplay.get_replay_topk', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
+    ('r3-route-agreement-metric', 'verl.workers.engine_workers:TrainingWorker.train_mini_batch', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
     ('glm52-vllm-wake-up-resume-when-awake', 'vllm.v1.engine.core:EngineCore.wake_up', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'acts'),
     ('glm52-vllm-dp-no-dummy-forward-asleep', 'vllm.v1.engine.core:DPEngineCoreProc.execute_dummy_batch', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'acts'),
     ('glm52-vllm-engine-core-entry', 'vllm.v1.engine.core:EngineCoreProc.run_engine_core', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),
