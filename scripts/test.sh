@@ -80,7 +80,7 @@ run_phase() {
 # beside the training jobs (the rest of tests/engine, one job at a time). A job alone keeps ~1.25 of the 2 cores
 # busy, waiting on Ray and vLLM starts; a job beside another job needs ~20 GiB, a job beside one engine ~16 (of 23).
 # The engines' output is printed when both are done.
-ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py)
+ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py tests/engine/test_moe_routes.py)
 # shellcheck disable=SC2329  # run through phase
 engine_tier() {
   local rc=0 engines

@@ -245,3 +245,17 @@ def test_status_cli_says_the_job_failed_first_and_exits_1(tmp_path: Path, how: s
     assert ("ended without a word" if how == "kill" else "exception MemoryError") in lines[3]
     report = json.loads(run_command([CLI, "status", "--json", "--dir", str(tmp_path / "status")], check=False).stdout)
     assert report["outcome"]["state"] == "failed" and report["exit_code"] == 1
+
+
+def test_a_ray_worker_booted_by_the_setup_hook_records_its_actor_and_rays_sigterm(tmp_path: Path) -> None:
+    """Ray's worker loop sets its SIGTERM handler after the runtime env's setup hook booted the plugin: the
+    observer is chained in front of it, so the teardown's SIGTERM is recorded (real Ray, an actor importing nothing
+    of verl, as fully-async's MessageQueue; the whole job: tests/engine/test_grpo.py, test_fully_async.py)."""
+    status = tmp_path / "status"
+    script = Path(__file__).parent / "scenarios" / "ray_worker_end.py"
+    proc = run_command([sys.executable, str(script), str(status)], {"RAY_USAGE_STATS_ENABLED": "0"}, timeout=180)
+    pid = last_json(proc.stdout)["pid"]
+    records, _ = collect(str(status))
+    (actor,) = [r for r in records if r["pid"] == pid]
+    assert (actor["role"], actor["actor_class"], actor["loaded_by"]) == ("ray-worker", "Quiet", ["ray"]), actor
+    assert actor["ended"]["how"] == "signal" and actor["ended"]["signal"] == "SIGTERM", actor["ended"]

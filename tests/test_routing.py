@@ -207,6 +207,31 @@ def test_routes_of_another_topk_are_refused_before_verl_misaligns_them() -> None
         check_micro_batch(*batch([routed(9)], [4]), TOP1)
 
 
+def packed(routes: list[torch.Tensor], responses: list[torch.Tensor]) -> tuple:
+    """(routes, input_ids, None, response_mask) as verl's v1 trainer hands the Megatron engine a micro-batch: each
+    sample ``prompts + responses`` unpadded, ``response_mask`` nested over its response (measured in the MoE job:
+    no attention_mask)."""
+    ids = jagged([torch.zeros(r.shape[0], dtype=torch.long) for r in routes])
+    return jagged(routes), ids, None, jagged([r.long() for r in responses])
+
+
+def test_packed_samples_of_the_v1_trainer_are_checked_by_their_response_rows() -> None:
+    good = [routed(20), routed(9, seed=1)]
+    tool = torch.tensor([1] * 9 + [0] * 3)  # 12 response tokens, the last 3 a tool's: no route, nothing scored after
+    tail = good[0].clone()
+    tail[17:] = 0
+    assert check_micro_batch(*packed([tail, good[1]], [tool, torch.ones(4)]), TOP2, ["a", "b"]) is None
+    zeros = torch.zeros_like(good[1])
+    with pytest.raises(RouteCheckError, match=r"sample 1 of the 2 in this micro-batch \(uid 'b'\).*none of its 8 "
+                                              r"tokens that feed its response has a route.*vllm#49184"):
+        check_micro_batch(*packed([good[0], zeros], [torch.ones(12), torch.ones(4)]), TOP2, ["a", "b"])
+    cut = good[0].clone()
+    cut[14:] = 0  # routes stop 6 tokens before the last response token (19)
+    with pytest.raises(RouteCheckError, match=r"its routes stop at token 14: the last 5 of its 19 tokens"):
+        check_micro_batch(*packed([cut], [torch.ones(12)]), TOP2, ["a"])
+    assert "do not end" in check_micro_batch(*packed([good[1]], [torch.ones(12)]), TOP2)
+
+
 def test_without_the_masks_the_routes_are_not_checked_and_it_says_why() -> None:
     routes, ids, _, _ = batch([routed(9)], [4])
     assert "no attention_mask" in check_micro_batch(routes, ids, None, None, TOP2)

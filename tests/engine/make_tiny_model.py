@@ -48,12 +48,17 @@ def make(target: Path) -> None:
                          eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id, tie_word_embeddings=True,
                          initializer_range=0.4, torch_dtype="bfloat16")
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    save_whole(model, fast, target, "tiny qwen2, head_dim 64, seed 0, initializer_range 0.4, chat template")
 
+
+def save_whole(model, tokenizer, target: Path, note: str) -> None:
+    """Write the model and tokenizer beside ``target``, mark it ``.complete`` (``note``), then move it in place: a
+    directory at ``target`` is always whole."""
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
-    fast.save_pretrained(partial)
-    (partial / ".complete").write_text("tiny qwen2, head_dim 64, seed 0, initializer_range 0.4, chat template\n")
+    tokenizer.save_pretrained(partial)
+    (partial / ".complete").write_text(note + "\n")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
 

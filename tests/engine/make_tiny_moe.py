@@ -12,9 +12,10 @@ head_dim 64 (vLLM's CPU attention rejects smaller heads). Seeded; writes DIR/.co
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
+
+from make_tiny_model import save_whole
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -34,14 +35,7 @@ def make(tokenizer_dir: Path, target: Path) -> None:
         initializer_range=0.4, torch_dtype="bfloat16",
     )
     model = Qwen3MoeForCausalLM(config).to(torch.bfloat16)
-
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    (partial / ".complete").write_text("tiny qwen3-moe, 2 layers, 4 experts top 2, seed 0, tiny-qwen2 tokenizer\n")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
+    save_whole(model, tokenizer, target, "tiny qwen3-moe, 2 layers, 4 experts top 2, seed 0, tiny-qwen2 tokenizer")
 
 
 if __name__ == "__main__":

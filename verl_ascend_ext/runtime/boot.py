@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
+from typing import Any
 
 from verl_ascend_ext.patching.errors import PatchRefusedError
 from verl_ascend_ext.patching.gates import DISABLE_ENV, GateValueError, disabled_patch_ids
@@ -69,6 +71,7 @@ def activate(source: str = "api") -> None:
         _loaded_by.append(source)
         if len(_loaded_by) > 1:
             recorder.loaded_again(source)
+            process_end.rechain()
             return
         try:
             _boot(source)
@@ -137,5 +140,16 @@ RAY_SETUP_HOOK = "verl_ascend_ext.runtime.boot.ray_worker_setup"  # the runtime 
 def ray_worker_setup() -> None:
     """Ray's ``worker_process_setup_hook`` of a PPO job (``ray-runtime-env-gates`` sets it): every Ray worker boots
     the plugin at its start, also one that never imports verl (fully-async's ``MessageQueue``), so each has a
-    record; a worker that imports verl later just loads it again."""
+    record; a worker that imports verl later just loads it again. Ray's worker loop sets its own SIGTERM handler
+    after this hook: the process-end observer is chained in front of it when it does."""
     activate_or_exit("ray")
+    utils = sys.modules.get("ray._private.utils")  # imported: Ray runs this hook
+    set_handler = getattr(utils, "set_sigterm_handler", None)
+    if callable(set_handler) and not getattr(set_handler, "verl_ascend_ext", False):
+        def set_sigterm_handler(handler: Any) -> Any:
+            out = set_handler(handler)
+            process_end.rechain()
+            return out
+
+        set_sigterm_handler.verl_ascend_ext = True  # type: ignore[attr-defined]
+        utils.set_sigterm_handler = set_sigterm_handler

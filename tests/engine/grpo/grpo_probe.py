@@ -26,6 +26,10 @@ Does nothing unless its variables are set:
   own save path. The same for mbridge's writer (``mbridge.core.safetensor_io.save_file``: vanilla mbridge's
   export of the Megatron actor). With ``GRPO_PROBE_DROP_EXPORT_UNDER=TEXT`` only in files whose path holds
   ``TEXT`` (e.g. ``global_step_3``: that save alone).
+- ``GRPO_PROBE_CORRUPT_ROUTES=zeros@N``: the corrupted-routes scenario of the MoE tier. From the rollout
+  server's global step ``N`` on (verl hands each vLLM server the trainer's step with the weights,
+  ``vLLMHttpServer.set_global_steps``), every generated sample's routed experts (R3) come back as zeros: what a
+  capture that never fills its buffer returns (vllm#49184), after a healthy start.
 - ``GRPO_PROBE_FAULT=stall|kill`` with ``GRPO_PROBE_FAULT_RANK=R`` and ``GRPO_PROBE_FAULT_SYNC=N``: the faults of
   the post-mortem scenarios. On actor rank R (verl's ``RANK``), right after its N-th weight update of the rollout
   (``ServerAdapter.update_weights`` returned, the N-th weight sync of that process: before the KV-cache resume and
@@ -53,10 +57,13 @@ SEED = os.environ.get("GRPO_PROBE_SEED_PER_SAMPLE")
 ORDERED = os.environ.get("GRPO_PROBE_ORDERED_BATCH") == "1"
 DROP = os.environ.get("GRPO_PROBE_DROP_EXPORT_TENSOR")
 DROP_UNDER = os.environ.get("GRPO_PROBE_DROP_EXPORT_UNDER", "")
+CORRUPT = os.environ.get("GRPO_PROBE_CORRUPT_ROUTES")
 FAULT = os.environ.get("GRPO_PROBE_FAULT")
 FAULTS = ("stall", "kill")
 if FAULT is not None and FAULT not in FAULTS:
     raise ValueError(f"GRPO_PROBE_FAULT={FAULT!r}: expected one of {FAULTS}")
+if CORRUPT is not None and not (CORRUPT.startswith("zeros@") and CORRUPT[6:].isdigit()):
+    raise ValueError(f"GRPO_PROBE_CORRUPT_ROUTES={CORRUPT!r}: expected zeros@<global step>")
 
 
 if SEED:
@@ -91,6 +98,22 @@ if ORDERED:
         buffer._materialize_batch = materialize_sorted
 
 
+if CORRUPT:
+    @wrapt.when_imported("verl.workers.rollout.vllm_rollout.vllm_async_server")
+    def _corrupt_routes(module: ModuleType) -> None:
+        server = module.vLLMHttpServer
+        generate = server.generate
+        from_step = int(CORRUPT.partition("@")[2])
+
+        async def generate_corrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = await generate(self, *args, **kwargs)
+            if out.routed_experts is not None and (self.global_steps or 0) >= from_step:
+                out.routed_experts = out.routed_experts * 0
+            return out
+
+        server.generate = generate_corrupted
+
+
 if TOKENS:
     @wrapt.when_imported("verl.workers.rollout.vllm_rollout.vllm_async_server")
     def _record_tokens(module: ModuleType) -> None:
@@ -101,7 +124,9 @@ if TOKENS:
                                       **kwargs: Any) -> Any:
             out = await generate(self, prompt_ids, sampling_params, *args, **kwargs)
             line = json.dumps({"t": time.time(), "seed": sampling_params.get("seed"), "prompt_ids": list(prompt_ids),
-                               "token_ids": list(out.token_ids)})
+                               "token_ids": list(out.token_ids), "global_steps": self.global_steps,
+                               "routes": None if out.routed_experts is None else
+                               [int(out.routed_experts.shape[0]), int((out.routed_experts != 0).sum())]})
             with open(os.path.join(TOKENS, f"{os.getpid()}.jsonl"), "a") as f:
                 f.write(line + "\n")
             return out

@@ -88,12 +88,16 @@ JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     JobSpec("megatron", verl="0.9.0", actor="megatron", layout=PP2, save_every=1, recipe="glm5_2_megatron",
             faults=dropped(DROPPED, under="global_step_2"), planned="ExportCheckError"),
     # the recipes' own path (tests/engine/test_moe.py): a MoE with expert parallel 2, routing replay R3 and the
-    # offloads, the GLM-5.2 recipe's MoE keys taken; the step-2 export loses an expert of EP rank 1: that save stops,
-    # and the resume on verl 0.9.1 (the recipe's resume_mode=auto) carries on from step 1's checkpoint
+    # offloads, the GLM-5.2 recipe's MoE keys taken. Step 1 trains on vLLM's real routes; step 2's rollout returns
+    # all-zero routes (verl hands the server step 1 with the weights it generates step 2 on): the route check stops
+    # the job, after step 1's checkpoint completed
     JobSpec("moe", verl="0.9.0", model="qwen3-moe", actor="megatron", layout=EP2, save_every=1,
-            recipe="glm5_2_megatron", faults=dropped(EXPERT, under="global_step_2"), planned="ExportCheckError"),
-    JobSpec("moe-resumed", verl="0.9.1", model="qwen3-moe", actor="megatron", layout=EP2, save_every=1,
-            recipe="glm5_2_megatron", resumes="moe"),
+            recipe="glm5_2_megatron", faults={"GRPO_PROBE_CORRUPT_ROUTES": "zeros@1"}, planned="RouteCheckError"),
+    # resumed on verl 0.9.1 (the recipe's resume_mode=auto) from step 1's checkpoint: trains steps 2 and 3; step 3's
+    # export loses an expert of EP rank 1: that save stops
+    JobSpec("moe-resumed", verl="0.9.1", model="qwen3-moe", actor="megatron", layout=EP2, steps=3, save_every=1,
+            recipe="glm5_2_megatron", resumes="moe", faults=dropped(EXPERT, under="global_step_3"),
+            planned="ExportCheckError"),
     # verl's fully-async mode (tests/engine/test_fully_async.py): the fully-async recipe's overrides, the trainer on
     # 2 ranks (Megatron TP=2) and one vLLM replica in its own pool; 3 steps, a weight sync before training and after
     # each step, a checkpoint each step; the resume on verl 0.9.1 (where each sync wakes the rollout up in two parts)

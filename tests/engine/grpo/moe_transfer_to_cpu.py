@@ -68,14 +68,12 @@ raises at hook time naming it.
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib
-import inspect
 import os
 import re
 import types
 from typing import Any
 
+import fingerprints
 import torch
 import wrapt
 from torch.overrides import TorchFunctionMode
@@ -102,31 +100,8 @@ FINGERPRINTS = {
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.linear_fc([12])\.weight$")
 
 
-def fingerprint(obj: Any) -> str:
-    """sha256 (16 hex digits) of an object's source, each line stripped (indentation-independent)."""
-    source = "\n".join(line.strip() for line in inspect.getsource(obj).splitlines())
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def _target(name: str) -> Any:
-    module_name, _, qualname = name.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _check(prefix: str) -> None:
-    changed = {}
-    for name, expected in FINGERPRINTS.items():
-        if not name.startswith(prefix):
-            continue
-        try:
-            now = fingerprint(_target(name))
-        except (AttributeError, ImportError, OSError, TypeError) as err:
-            now = f"missing ({type(err).__name__})"
-        if now != expected:
-            changed[name] = now
+    changed = fingerprints.changed(FINGERPRINTS, prefix)
     if changed and os.environ.get("MOE_PROBE_IGNORE_FINGERPRINTS") != "1":
         raise RuntimeError(f"moe_transfer_to_cpu: code changed under the stand-in (target -> fingerprint now): "
                            f"{changed}; re-read the targets and update FINGERPRINTS")

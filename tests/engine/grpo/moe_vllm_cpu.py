@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import hashlib
-import inspect
 import json
 import os
 import types
 from typing import Any
 
+import fingerprints
 import wrapt
 
 CAPTURE = os.environ.get("MOE_PROBE_VLLM_CAPTURE", "1") == "1"
@@ -70,33 +69,9 @@ FINGERPRINTS = {
 _layer: contextvars.ContextVar[Any] = contextvars.ContextVar("moe_vllm_cpu_layer", default=None)
 
 
-def fingerprint(obj: Any) -> str:
-    """sha256 (16 hex digits) of an object's source, each line stripped (indentation-independent)."""
-    source = "\n".join(line.strip() for line in inspect.getsource(obj).splitlines())
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def _target(name: str) -> Any:
-    import importlib
-
-    module_name, _, qualname = name.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj.fget if isinstance(obj, property) else obj
-
-
 def check_fingerprints() -> dict[str, str]:
     """The targets whose source differs from the one the stand-in was written for: name -> its fingerprint now."""
-    changed = {}
-    for name, expected in FINGERPRINTS.items():
-        try:
-            now = fingerprint(_target(name))
-        except (AttributeError, ImportError, OSError, TypeError) as err:
-            now = f"missing ({type(err).__name__})"
-        if now != expected:
-            changed[name] = now
-    return changed
+    return fingerprints.changed(FINGERPRINTS)
 
 
 def _record(row: dict) -> None:

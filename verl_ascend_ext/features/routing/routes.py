@@ -80,8 +80,12 @@ def _is_moe(freq: Any, layer: int) -> bool:
 
 
 def rows_of(input_lengths: torch.Tensor, attention_mask: Any, response_mask: Any) -> Rows | str:
-    """The rows to check per sample, from verl's dense masks (``attention_mask`` over prompt + response, right-aligned
-    ``response_mask`` over the response); a string saying why they cannot be told when the masks are not that."""
+    """The rows to check per sample, from verl's masks: dense (``attention_mask`` over prompt + response, right-aligned
+    ``response_mask`` over the response: the legacy trainer's padded batch) or packed (no ``attention_mask``, a
+    nested ``response_mask`` over each sample's response, which ends the sample: verl's v1 trainer, whose agent loop
+    stores ``prompts + responses``); a string saying why they cannot be told when the masks are neither."""
+    if attention_mask is None and isinstance(response_mask, torch.Tensor) and response_mask.is_nested:
+        return _packed_rows(input_lengths, response_mask)
     if not isinstance(attention_mask, torch.Tensor) or not isinstance(response_mask, torch.Tensor):
         return "the micro-batch has no attention_mask / response_mask: the tokens that feed the response are unknown"
     if attention_mask.is_nested or response_mask.is_nested or attention_mask.dim() != 2 or response_mask.dim() != 2:
@@ -99,6 +103,27 @@ def rows_of(input_lengths: torch.Tensor, attention_mask: Any, response_mask: Any
     last = torch.where(scored, position[:, width - response_width:], torch.full_like(scored, -1, dtype=torch.long))
     feed = last.max(-1).values.clamp(min=0).to(input_lengths.device)
     has_response = response_mask.sum(-1).to(input_lengths.device) > 0
+    replay = torch.where(has_response, input_lengths - 1, torch.zeros_like(input_lengths))
+    return Rows(feed=feed, replay=replay)
+
+
+def _packed_rows(input_lengths: torch.Tensor, response_mask: torch.Tensor) -> Rows | str:
+    """``Rows`` of packed samples whose response (``response_mask``'s row, 1 on scored tokens, 0 on a tool's) is the
+    last ``len(row)`` tokens of the sample."""
+    offsets = response_mask.offsets().to(input_lengths.device)
+    response_lengths = offsets.diff()
+    if response_lengths.numel() != input_lengths.numel() or bool((response_lengths > input_lengths).any()):
+        return (f"response_mask's {response_lengths.numel()} rows of {response_lengths.tolist()} tokens do not end "
+                f"the {input_lengths.numel()} packed samples of {input_lengths.tolist()} tokens: the tokens that feed "
+                "the response are unknown")
+    scored = response_mask.values().to(input_lengths.device).bool()
+    samples = input_lengths.numel()
+    sample = torch.repeat_interleave(torch.arange(samples, device=input_lengths.device), response_lengths)
+    position = torch.arange(scored.numel(), device=input_lengths.device) - offsets[:-1][sample]
+    last = torch.full((samples,), -1, dtype=torch.long, device=input_lengths.device)
+    last = last.scatter_reduce(0, sample[scored], position[scored].long(), reduce="amax")
+    has_response = last >= 0
+    feed = torch.where(has_response, input_lengths - response_lengths + last, torch.zeros_like(input_lengths))
     replay = torch.where(has_response, input_lengths - 1, torch.zeros_like(input_lengths))
     return Rows(feed=feed, replay=replay)
 

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verl_ascend_ext.patching.gates import Gate
+from verl_ascend_ext.patching.status import raised_at
 from verl_ascend_ext.runtime.records import recorder
 from verl_ascend_ext.runtime.records.schema import EXCEPTION, EXIT, SIGNAL
 
@@ -80,15 +81,6 @@ def _remote(exc: BaseException) -> tuple[dict[str, Any], BaseException | None]:
     return entry, cause if isinstance(cause, BaseException) and cause is not exc else None
 
 
-def _where(exc: BaseException) -> str | None:
-    tb = exc.__traceback__
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
-
-
 def _text(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -113,7 +105,7 @@ def describe(exc: BaseException) -> list[dict[str, Any]]:
             entry, current = _remote(current)
             chain.append(entry)
             continue
-        entry = {"type": type(current).__name__, "message": _message(current), "where": _where(current)}
+        entry = {"type": type(current).__name__, "message": _message(current), "where": raised_at(current)}
         if current.__cause__ is not None:
             current = current.__cause__
         else:
@@ -200,9 +192,17 @@ def install(on: bool = True) -> None:
     if not getattr(sys.exit, "verl_ascend_ext", False):
         sys.exit = _exit(sys.exit)
     atexit.register(_at_exit)
-    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
-        for name in SIGNALS:
-            sig = getattr(signal, name, None)
-            previous = None if sig is None else signal.getsignal(sig)
-            if callable(previous) and not getattr(previous, "verl_ascend_ext", False):
-                signal.signal(sig, _chained(previous))
+    rechain()
+
+
+def rechain() -> None:
+    """Put the process-end observer back in front of a signal handler installed after ``install`` (Ray's worker
+    loop sets its SIGTERM handler after the runtime env's setup hook booted the plugin; a later loader may too).
+    Nothing before ``install``, off the main thread (``signal.signal`` works there only), or where ours is first."""
+    if not _installed or threading.current_thread() is not threading.main_thread():
+        return
+    for name in SIGNALS:
+        sig = getattr(signal, name, None)
+        previous = None if sig is None else signal.getsignal(sig)
+        if callable(previous) and not getattr(previous, "verl_ascend_ext", False):
+            signal.signal(sig, _chained(previous))
