@@ -32,11 +32,24 @@ print(time.perf_counter() - t1, t1 - t0)
 """
 
 
-def env(plugin: bool) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "VERL_USE_EXTERNAL_PLUGINS")}
+PROCESS_END = "VERL_ASCEND_EXT_PROCESS_END"  # the process-end observer's switch (runtime/records/process_end.py)
+
+
+def env(plugin: bool, process_end: bool = True) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("PYTHONDONTWRITEBYTECODE", "VERL_USE_EXTERNAL_PLUGINS", PROCESS_END)}
     if not plugin:
         e["VERL_USE_EXTERNAL_PLUGINS"] = "none"
+    if not process_end:
+        e[PROCESS_END] = "0"
     return e
+
+
+def in_process(environ: dict[str, str]) -> tuple[float, float]:
+    out = subprocess.run([sys.executable, "-c", IN_PROCESS], env=environ, check=True, capture_output=True,
+                         text=True).stdout
+    load, scan = (float(x) for x in out.strip().splitlines()[-1].split())
+    return load, scan
 
 
 def wall(code: str, environ: dict[str, str]) -> float:
@@ -55,19 +68,20 @@ def main() -> None:
     for _ in range(args.runs):
         with_plugin.append(wall("import verl", env(True)))
         without.append(wall("import verl", env(False)))
-    loads, scans = [], []
+    loads, scans, unobserved = [], [], []
     for _ in range(max(5, args.runs // 2)):
-        out = subprocess.run([sys.executable, "-c", IN_PROCESS], env=env(True), check=True, capture_output=True,
-                             text=True).stdout
-        load, scan = (float(x) for x in out.strip().splitlines()[-1].split())
+        load, scan = in_process(env(True))
         loads.append(load)
         scans.append(scan)
+        unobserved.append(in_process(env(True, process_end=False))[0])
     a, b = statistics.median(with_plugin), statistics.median(without)
-    c, d = statistics.median(loads), statistics.median(scans)
+    c, d, e = statistics.median(loads), statistics.median(scans), statistics.median(unobserved)
     print(f"import verl, median of {args.runs} alternating runs: with plugin {a:.3f} s, "
           f"VERL_USE_EXTERNAL_PLUGINS=none {b:.3f} s, ratio {a / b:.4f}")
     print(f"plugin load (its entry point imported: the boot) inside a process that imported verl: median "
           f"{c * 1000:.1f} ms = {c / b:.4f} of the plugin-free import (ratio {(b + c) / b:.4f})")
+    print(f"of which the process-end observer (the same load with {PROCESS_END}=0, alternating: median "
+          f"{e * 1000:.1f} ms): {(c - e) * 1000:.1f} ms")
     print(f"verl's own scan of the verl.plugins entry points (paid with or without the plugin): median "
           f"{d * 1000:.1f} ms")
 
