@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command (README, .ci/run): lint, then the suite on verl 0.9.0, then the
-# version-specific tests with verl 0.9.1 swapped in; verl 0.9.0 is restored at the end.
+# The test command (README, .ci/run): lint, then the suite on verl 0.9.0, then the real-engine tier and, beside its
+# training jobs, the version-specific tests with verl 0.9.1 swapped in; verl 0.9.0 is restored after them.
 # The two engine venvs (scripts/setup_vllm_engine.sh) are built in the background from the start, beside the
 # project's own set-up: each pip install keeps about one core busy, and nothing of the project's set-up needs them.
 # The engine tier's engine tests run beside its training jobs (engine_tier below).
@@ -76,31 +76,48 @@ run_phase() {
   if [ "$rc" -eq 5 ] && [ "$#" -gt 1 ]; then rc=0; fi
   return "$rc"
 }
+# The version-specific tests with verl 0.9.1 swapped into .venv, which is restored to 0.9.0 after them (the engine
+# tier runs in its own venv: it never reads .venv's verl).
+# shellcheck disable=SC2329  # run through phase
+verl091_tests() {  # verl091_tests NAME [PYTEST ARGS...]
+  local rc=0 name="$1"
+  shift
+  use_verl 0.9.1
+  phase "$name" run_phase "verl091 or anyverl" "$@" || rc=$?
+  use_verl 0.9.0
+  return "$rc"
+}
 # The engine tier in two pytest processes side by side: the tests that start one vLLM engine at a time (ENGINES)
 # beside the training jobs (the rest of tests/engine, one job at a time). A job alone keeps ~1.25 of the 2 cores
 # busy, waiting on Ray and vLLM starts; a job beside another job needs ~20 GiB, a job beside one engine ~16 (of 23).
-# The engines' output is printed when both are done.
+# When the engines are done, the verl 0.9.1 tests take the core the jobs leave (one pytest-xdist worker), beside
+# the jobs still running. The jobs' and the engines' output is printed when all are done.
 ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py tests/engine/test_moe_routes.py)
 # shellcheck disable=SC2329  # run through phase
 engine_tier() {
-  local rc=0 engines
+  local rc=0 engines jobs
   phase "  pytest: ${ENGINES[*]#tests/engine/} (beside the jobs)" \
     "$ENGINE_PY" -m pytest -q --durations=15 -p no:cacheprovider "${ENGINES[@]}" > "$PHASES.engines" 2>&1 &
   engines=$!
   phase "  pytest: the training jobs (the rest of tests/engine)" \
-    "$ENGINE_PY" -m pytest -q --durations=15 tests/engine "${ENGINES[@]/#/--ignore=}" || rc=$?
+    "$ENGINE_PY" -m pytest -q --durations=15 tests/engine "${ENGINES[@]/#/--ignore=}" > "$PHASES.jobs" 2>&1 &
+  jobs=$!
   wait "$engines" || rc=$?
+  TEST_WORKERS=1 verl091_tests "  pytest: verl 0.9.1 (beside the jobs, 1 worker)" || rc=$?
+  wait "$jobs" || rc=$?
   echo "---- ${ENGINES[*]} (ran beside the training jobs) ----"
   cat "$PHASES.engines"
+  echo "---- the training jobs (the rest of tests/engine) ----"
+  cat "$PHASES.jobs"
   return "$rc"
 }
 status=0
 use_verl 0.9.0
 phase "pytest: verl 0.9.0" run_phase "not verl091" "$@" || status=$?
-use_verl 0.9.1
-phase "pytest: verl 0.9.1" run_phase "verl091 or anyverl" "$@" || status=$?
-use_verl 0.9.0
-if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv; skipped when the caller narrows the run
-  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "pytest: engine tier (tests/engine)" engine_tier || status=$?
+if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv, with the verl 0.9.1 tests
+  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "pytest: engine tier (tests/engine) and verl 0.9.1" engine_tier \
+    || status=$?
+else  # the caller narrows the run: no engine tier
+  verl091_tests "pytest: verl 0.9.1" "$@" || status=$?
 fi
 exit $status

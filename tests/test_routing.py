@@ -1,5 +1,9 @@
-"""The R3 route check on verl's real replay (verl 0.9.0 and 0.9.1, Megatron-Core's real TopKRouter on one gloo rank:
+"""The R3 route check on verl's real replay (verl 0.9.0, Megatron-Core's real TopKRouter on one gloo rank:
 ``tests/scenarios/routing.py``), and its checks and counts on small tensors.
+
+verl 0.9.1's replay (``utils/megatron/router_replay_patch.py``) is byte for byte 0.9.0's; on 0.9.1 the contract
+suite checks the three records (static and through a real import) and the engine tier's ``moe-resumed`` job runs
+them in verl's trainer (``tests/engine/test_moe.py``).
 
 What the scenario proves, gate on: good routes pass and the agreement verl's trainer logs
 (``actor/rollout_actor_route_agreement``, ``_min``) is the share computed from the routes and the logits themselves;
@@ -30,7 +34,7 @@ from verl_ascend_ext.features.routing.routes import (
 )
 from verl_ascend_ext.runtime.findings import ERROR, INFO, OK
 
-pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # 10 fresh interpreters importing verl and Megatron
+pytestmark = pytest.mark.long_module  # 10 fresh interpreters importing verl and Megatron
 
 SCENARIO = str(REPO / "tests" / "scenarios" / "routing.py")
 RANKS = str(REPO / "tests" / "scenarios" / "routing_ranks.py")

@@ -242,6 +242,9 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
                 returncode = -signal.SIGKILL
             if killer is not None:
                 killer.stop.set()
+                if killer.killed is None:  # the job's explanation says why it did not fail as planned
+                    log.write(f"\n[job.py] JobSpec.kill={spec.kill!r} never fired: when the job ended verl's "
+                              f"tracker said step {killer.saved()} was the last checkpoint\n")
             kill_job(proc.pid, marker)
             kill_job(head.pid, marker)
         except subprocess.CalledProcessError as err:
@@ -270,20 +273,22 @@ class RankKiller(threading.Thread):
             raise ValueError(f"JobSpec.kill={kill!r}: only 'trainer-rank1@saved-<step>' is known")
         self.status, self.tracker, self.after = directory / "status", checkpoints / TRACKER, int(after)
         self.stop = threading.Event()
+        self.killed: int | None = None  # the pid it killed
         self.start()
 
-    def _saved(self) -> int:
+    def saved(self) -> int:
         text = self.tracker.read_text().strip() if self.tracker.exists() else ""
         return int(text) if text.isdigit() else 0
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
-            if self._saved() < self.after:
+            if self.saved() < self.after:
                 continue
             records, _ = read_records(str(self.status))
             ranks = [r for r in records if r.get("actor_class") == "WorkerDict" and r["ranks"].get("rank") == 1]
             if ranks:
-                os.kill(int(ranks[0]["pid"]), signal.SIGKILL)
+                self.killed = int(ranks[0]["pid"])
+                os.kill(self.killed, signal.SIGKILL)
                 return
 
 

@@ -115,7 +115,14 @@ FULLY_ASYNC_RESPONSE = 512  # long enough that generation outlasts a trainer ste
 
 
 def fully_async_overrides(*, steps: int, save_freq: int) -> list[str]:
-    """``fully_async_main``, on top of ``common``: ``steps`` trainer steps of 2 prompts (x n=2) each."""
+    """``fully_async_main``, on top of ``common``: ``steps`` trainer steps of 2 prompts (x n=2) each.
+
+    The message queue holds 2 x (staleness + 1) samples (``set_max_required_samples``, rollouter.py:491-507) and the
+    rollouter's end signal, put into a full queue, evicts its oldest sample (rollouter.py:1071, message_queue.py:
+    66-72): with a queue no larger than the job's prompts, a rollouter faster than the trainer leaves the last step
+    short of a sample and the trainer stops there "by queue termination signal" (measured: 8 prompts, queue 6). The
+    staleness is set so that the queue holds every prompt and the end signal."""
+    staleness = steps  # queue 2 x (steps + 1) > 2 x steps prompts
     return [
         "data.train_batch_size=0", "data.gen_batch_size=1",  # the rollouter feeds one prompt at a time
         f"data.max_response_length={FULLY_ASYNC_RESPONSE}",
@@ -130,10 +137,9 @@ def fully_async_overrides(*, steps: int, save_freq: int) -> list[str]:
         "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=cpu_checkpoint_engine",
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1",
         "rollout.nnodes=1", "rollout.n_gpus_per_node=1", f"rollout.total_rollout_steps={2 * steps}",
-        # one sync per trainer step; a queue larger than the prompts (the end signal evicts the oldest sample of a
-        # full queue: rollouter.py:1071, message_queue.py:66-72); one prompt at a time on the replica, so that its
-        # requests are still generating when the trainer syncs
-        "async_training.staleness_threshold=2.0", "async_training.trigger_parameter_sync_step=1",
+        # one sync per trainer step; a queue larger than the prompts (above); one prompt at a time on the replica,
+        # so that its requests are still generating when the trainer syncs
+        f"async_training.staleness_threshold={float(staleness)}", "async_training.trigger_parameter_sync_step=1",
         "async_training.require_batches=1", "async_training.partial_rollout=True",
         "async_training.concurrent_samples_per_replica=1",
         f"trainer.save_freq={save_freq}", "trainer.experiment_name=fully-async-cpu",

@@ -104,9 +104,10 @@ FULLY_ASYNC_LEFT_OUT: dict[str, str] = {
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes":
         SIZE + ": two buckets of 1824 MB in each of 3 processes (the tiny model is 726 KB)",
     "trainer.logger": "tensorboard is not installed in the engine venv (console only)",
-    "async_training.staleness_threshold": "the test's setting: with 2 prompts a step the recipe's 0.3 lets the "
-                                          "rollouter run no sample ahead (int(2 x 1.3) = 2): nothing would be in "
-                                          "flight at a sync",
+    "async_training.staleness_threshold": "the test's setting (the job's steps): with 2 prompts a step the "
+                                          "recipe's 0.3 lets the rollouter run no sample ahead (int(2 x 1.3) = 2): "
+                                          "nothing would be in flight at a sync; and the message queue it sizes must "
+                                          "hold every prompt of the job and the end signal (grpo/overrides.py)",
 }
 
 
