@@ -91,12 +91,13 @@ verl091_tests() {  # verl091_tests NAME [PYTEST ARGS...]
 # beside the training jobs (the rest of tests/engine, one job at a time). A job alone keeps ~1.25 of the 2 cores
 # busy, waiting on Ray and vLLM starts; a job beside another job needs ~20 GiB, a job beside one engine ~16 (of 23).
 # When the engines are done, the verl 0.9.1 tests take the core the jobs leave (one pytest-xdist worker), beside
-# the jobs still running. The jobs' and the engines' output is printed when all are done.
+# the jobs still running. Only the engines' pytest gets the later engine's python (test_later_vllm.py): the plugin
+# carries every VERL_ASCEND_EXT_* variable of a driver to its Ray workers, as the verl tests check. The jobs' and the engines' output is printed when all are done.
 ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py tests/engine/test_moe_routes.py)
 # shellcheck disable=SC2329  # run through phase
 engine_tier() {
   local rc=0 engines jobs
-  phase "  pytest: ${ENGINES[*]#tests/engine/} (beside the jobs)" \
+  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "  pytest: ${ENGINES[*]#tests/engine/} (beside the jobs)" \
     "$ENGINE_PY" -m pytest -q --durations=15 -p no:cacheprovider "${ENGINES[@]}" > "$PHASES.engines" 2>&1 &
   engines=$!
   phase "  pytest: the training jobs (the rest of tests/engine)" \
@@ -115,8 +116,7 @@ status=0
 use_verl 0.9.0
 phase "pytest: verl 0.9.0" run_phase "not verl091" "$@" || status=$?
 if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv, with the verl 0.9.1 tests
-  VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "pytest: engine tier (tests/engine) and verl 0.9.1" engine_tier \
-    || status=$?
+  phase "pytest: engine tier (tests/engine) and verl 0.9.1" engine_tier || status=$?
 else  # the caller narrows the run: no engine tier
   verl091_tests "pytest: verl 0.9.1" "$@" || status=$?
 fi
