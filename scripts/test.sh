@@ -92,7 +92,8 @@ verl091_tests() {  # verl091_tests NAME [PYTEST ARGS...]
 # busy, waiting on Ray and vLLM starts; a job beside another job needs ~20 GiB, a job beside one engine ~16 (of 23).
 # When the engines are done, the verl 0.9.1 tests take the core the jobs leave (one pytest-xdist worker), beside
 # the jobs still running. Only the engines' pytest gets the later engine's python (test_later_vllm.py): the plugin
-# carries every VERL_ASCEND_EXT_* variable of a driver to its Ray workers, as the verl tests check. The jobs' and the engines' output is printed when all are done.
+# carries every VERL_ASCEND_EXT_* variable of a driver to its Ray workers, as the verl tests check. The jobs' and
+# the engines' output is printed when all are done.
 ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py tests/engine/test_moe_routes.py)
 # shellcheck disable=SC2329  # run through phase
 engine_tier() {
