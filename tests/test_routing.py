@@ -266,6 +266,28 @@ def test_agreement_counts_sets_under_the_mask_and_reports_mean_and_min_over_laye
     assert agreement.metrics_of(torch.zeros(4, 2, dtype=torch.long)) == {}
 
 
+def test_agreement_counts_the_same_under_torch_compile_fullgraph() -> None:
+    """The count runs inside the router's forward (``get_replay_topk``): traced whole by torch.compile, as a compiled
+    router would trace it, it adds the same counts to the replay object as eagerly."""
+    class Replay:
+        pass
+
+    def route(replay: Replay, native: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        agreement.count(replay, native, target, mask)
+        agreement.count(replay, native, native, mask)
+        return native * 2
+
+    native = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7]])
+    target = torch.tensor([[1, 0], [2, 4], [4, 5], [0, 0]])
+    mask = torch.tensor([True, True, True, False])
+    eager, traced = Replay(), Replay()
+    route(eager, native, target, mask)
+    torch._dynamo.reset()
+    out = torch.compile(route, fullgraph=True, backend="eager")(traced, native, target, mask)
+    assert out.tolist() == (native * 2).tolist()
+    assert getattr(traced, agreement.COUNTS).tolist() == getattr(eager, agreement.COUNTS).tolist() == [5, 6]
+
+
 def test_doctor_shows_the_gate_and_verls_r3() -> None:
     assert gate_finding({}, GATE).status is OK and "(default)" in gate_finding({}, GATE).detail
     assert gate_finding({GATE.env: "0"}, GATE).status is INFO

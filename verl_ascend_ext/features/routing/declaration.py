@@ -101,7 +101,8 @@ ROUTE_AGREEMENT = PatchRecord(
     upstream="none (this package's addition)",
     remove_when="verl reports the agreement of replayed and actor routes",
     # Eager: verl's replay reads targets set per micro-batch as Python attributes (a compiled or captured router
-    # would freeze them); Megatron does not compile the router. The code reads no ContextVar all the same.
+    # would freeze them); Megatron does not compile the router. The count reads no ContextVar all the same and is
+    # traced whole by torch.compile(fullgraph=True) (tests/test_routing.py).
     traced=False,
     acts_when="a router replays the rollout's routes in a forward (R3 replay targets with a replay mask); reported "
     "once per layer and step",
