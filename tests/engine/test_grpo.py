@@ -315,8 +315,8 @@ def test_a_killed_rank_is_named_as_the_first_failure_and_its_last_checkpoint_res
     assert driver["ended"]["how"] == "exception" and driver["ended"]["error"][-1]["type"] == "ActorDiedError"
     # Ray's teardown ends rank 0 with SIGTERM and, 5 s later (Ray's kill_worker_timeout_milliseconds), SIGKILL. The
     # chained handler records the SIGTERM when rank 0's main thread runs Python within those 5 s; held in native
-    # code (a gloo collective waiting for the dead rank: seen once, on a loaded CI machine) it cannot, and rank 0
-    # ends without a word like rank 1. Either way, never as anything else (tests/test_process_end.py: real Ray).
+    # code (likely a gloo collective waiting for the dead rank) it cannot, and rank 0 ends without a word like rank
+    # 1 (seen once, on a loaded CI machine). Never as anything else (tests/test_process_end.py: real Ray).
     ended = done.rank(0)["ended"]
     assert ended is None or (ended["how"], ended["signal"]) == ("signal", "SIGTERM"), ended
     text = done.status_text()
