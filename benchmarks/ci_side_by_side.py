@@ -62,7 +62,7 @@ def parse_log(text: str, label: str) -> Run:
             if row:
                 run.phases[row[0]] = (row[1], row[2])
                 continue
-            in_table = line == phases.HEADING[1]
+            in_table = line == phases.HEADING[1] or line.startswith(phases.MACHINE)
         summary = PYTEST_SUMMARY.match(line.strip())
         if summary:
             pytest_runs += 1

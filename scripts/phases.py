@@ -4,7 +4,9 @@ read back.
 ``scripts/test.sh`` logs each phase it runs (each set-up part, each pytest phase) and ``tests/engine`` each training
 job (``add``: one tab-separated line per phase in the file ``CI_PHASE_LOG`` names); at the end the script prints the
 table (``table``); ``benchmarks/ci_side_by_side.py`` reads printed tables back (``parse_row``). A training job's row
-is indented under the engine tier's, which it runs inside.
+is indented under the engine tier's, which it runs inside. The table's header names the CPU (``machine``): its model,
+its bf16 and AMX flags and any oneDNN ISA ceiling, since bf16 results differ by the kernels a CPU takes
+(``tests/engine/bf16_ties.py``), so a failure can be tied to the machine.
 
     python3 scripts/phases.py add LOG NAME SECONDS OUTCOME
     python3 scripts/phases.py print LOG WALL_SECONDS
@@ -12,14 +14,37 @@ is indented under the engine tier's, which it runs inside.
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import sys
 from pathlib import Path
 
 HEADING = ("Phases (wall time; a training job runs inside the engine tier's pytest phase, a background part beside the",
            "parts after it)")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")  # what oneDNN's bf16 kernels need
+MACHINE = "CPU: "  # the header line machine() writes starts so
 INNER = "  "  # a row inside the phase above it (a training job inside the engine tier)
 _PRINTED = re.compile(r"^ {2,}(?P<name>\S.*?)\s+(?P<seconds>\d+) s  (?P<outcome>.*)$")
+
+
+def machine(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """One line: the CPU's model, which of ``CPU_FLAGS`` it has and lacks, and ``ONEDNN_MAX_CPU_ISA`` if set."""
+    model, flags, unknown = platform.processor() or platform.machine(), None, "flags unknown"
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError as err:
+        text, unknown = "", f"flags unknown ({cpuinfo}: {err.strerror})"
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            model = value.strip()
+        elif key.strip() == "flags" and flags is None:
+            flags = set(value.split())
+    has = "" if flags is None else " ".join(f if f in flags else f"no-{f}" for f in CPU_FLAGS)
+    ceiling = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return (f"{MACHINE}{model}, {os.cpu_count()} cores; {has or unknown}"
+            f"{f'; ONEDNN_MAX_CPU_ISA={ceiling}' if ceiling else ''}")
 
 
 def add(log: str | Path, name: str, seconds: float, outcome: str) -> None:
@@ -34,7 +59,7 @@ def printed_row(name: str, seconds: float, outcome: str) -> str:
 
 def table(log: str | Path, wall: float) -> str:
     """The table of ``log``'s phases with the heading and the run's total wall time."""
-    lines = list(HEADING)
+    lines = [*HEADING, machine()]
     for line in Path(log).read_text().splitlines():
         name, seconds, outcome = ([*line.split("\t"), "", ""])[:3]
         lines.append(printed_row(name, float(seconds or 0), outcome))

@@ -55,6 +55,23 @@ def test_the_parser_reads_back_the_table_scripts_test_sh_prints(tmp_path) -> Non
     assert bench.parse_log(printed, "x").phases == {
         "set-up: project venv (.venv)": (85.0, "ok"), "pytest: verl 0.9.0": (349.0, "FAILED (exit 1)"),
         "training job on (verl 0.9.0)": (179.0, "exit 1"), "total (wall)": (1782.0, "(29 min 42 s)")}
+    assert printed.splitlines()[2].startswith("CPU: ")  # the machine, under the heading
+
+
+def test_the_table_names_the_cpu_its_bf16_and_amx_flags_and_the_onednn_ceiling(tmp_path, monkeypatch) -> None:
+    """A failure of a bf16 comparison can be tied to the machine: the model, each flag present or absent."""
+    import phases
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    line = phases.machine(cpuinfo)
+    assert line.startswith("CPU: AMD EPYC 9B14, ") and line.endswith(
+        "; avx2 avx512f avx512_bf16 no-amx_bf16 no-amx_tile no-amx_int8"), line
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert phases.machine(cpuinfo).endswith("no-amx_int8; ONEDNN_MAX_CPU_ISA=AVX2")
+    assert "flags unknown (" in phases.machine(tmp_path / "missing")
 
 
 def test_phases_inner_rows_pytest_summaries_and_figures_are_read() -> None:

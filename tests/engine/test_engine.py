@@ -90,9 +90,14 @@ def test_a_fully_async_weight_sync_resumes_scheduling_only_when_fully_awake_with
 
 def test_same_tokens_gate_on_and_off_llm_and_async() -> None:
     on, off = ok(shared_run("cycle", ON)), ok(shared_run("cycle", OFF))
-    tokens = [on["llm"]["tokens_before"], on["async"]["tokens_before"], off["llm"]["tokens_before"],
-              off["async"]["tokens_before"]]
-    assert all(t == tokens[0] for t in tokens), tokens
+    # exact: gate on and off run one engine class with the same kernels, batches and greedy sampling on one CPU,
+    # and the gate changes no number; a difference here is the gate's
+    for part in ("llm", "async"):
+        assert on[part]["tokens_before"] == off[part]["tokens_before"], part
+    # exact too, but the batch differs (LLM decodes both prompts together, AsyncLLM one at a time): equal on every
+    # CPU measured (AMX; AVX-512 BF16; oneDNN held to AVX2), yet a CPU whose kernels accumulate a row differently by
+    # batch size could part the two at a bf16 near-tie (tests/engine/bf16_ties.py); the gate is not in question then
+    assert on["llm"]["tokens_before"] == on["async"]["tokens_before"], (on["llm"], on["async"])
 
 
 # ---- 2. the plugin boots in every vLLM process, by each process's own record -------------------

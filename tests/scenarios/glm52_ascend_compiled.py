@@ -118,6 +118,10 @@ RECORDS[MAIN_ID] = glm52_ascend.RMSNORM._replace(id=MAIN_ID, target=f"{MODULE}:A
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise: compiled and eager run the same kernels on the same CPU. The norm is the double's opaque op (eager
+    inside the graph), the adds and scalings single correctly rounded bf16 ops (inductor: no fp contraction, the
+    casts emulated), and inductor's default lowers the indexer's bf16 matmul to the same aten call eager makes
+    (max-autotune or freezing would pick another GEMM: then this would need a bound)."""
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 

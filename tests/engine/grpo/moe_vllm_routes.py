@@ -7,9 +7,11 @@ One process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, vLLM's uniprocess executor), 
 in verl's hybrid job: the engine starts from random weights (``load_format=dummy``), gets the model's weights the
 way verl's weight update loads them (``patch_vllm_moe_model_weight_loader``, the model's ``load_weights``, vLLM's
 ``process_weights_after_loading``), then generates greedily with ``enable_return_routed_experts`` (what verl's R3
-turns on). The reference is transformers' Qwen3-MoE (bf16, eager) on the same tokens. Printed: per layer, the share
-of routed rows whose expert set equals transformers' router's top-2 set and the share of all-zero rows; the share
-of vLLM's greedy tokens transformers' argmax gives too (teacher-forced); the MoE path vLLM took.
+turns on). The reference is transformers' Qwen3-MoE (bf16, eager) on the same tokens (teacher-forced). Saved to
+``MOE_PROBE_DIR/routes.npz`` for the test's judgement (``bf16_ties.py``): vLLM's routes and transformers' router
+logits per row and layer; vLLM's greedy tokens, transformers' argmax, its top logit, its logit of vLLM's token and
+the row's largest |logit|. Printed: the share of all-zero route rows per layer, how many greedy tokens equal
+transformers' argmax, the MoE path vLLM took, the data's path.
 """
 
 from __future__ import annotations
@@ -60,36 +62,44 @@ def main() -> None:
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0.0, max_tokens=12))
 
     reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="eager")
-    chosen: dict[int, torch.Tensor] = {}
-    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out, idx=idx: chosen.__setitem__(idx, out[2]))
+    router: dict[int, torch.Tensor] = {}  # layer -> transformers' router logits of the last forward (bf16)
+    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out, idx=idx: router.__setitem__(idx, out[0]))
              for idx, layer in enumerate(reference.model.layers)]
     layers = len(reference.model.layers)
-    same, zero, rows, argmax_same, generated = np.zeros(layers), np.zeros(layers), 0, 0, 0
+    routes, router_logits, tokens, top, top_logit, token_logit, scale = [], [], [], [], [], [], []
     for prompt, out in zip(prompts, outs, strict=True):
-        tokens = list(out.outputs[0].token_ids)
+        generated = list(out.outputs[0].token_ids)
         with torch.no_grad():
-            logits = reference(input_ids=torch.tensor([prompt + tokens])).logits[0]
-        predicted = logits[len(prompt) - 1: len(prompt) + len(tokens) - 1].argmax(-1).tolist()
-        argmax_same += sum(int(a == b) for a, b in zip(predicted, tokens, strict=True))
-        generated += len(tokens)
+            logits = reference(input_ids=torch.tensor([prompt + generated])).logits[0].float()
+        # teacher-forced: the logits that predict each generated token, from the same tokens vLLM saw
+        predicting = logits[len(prompt) - 1: len(prompt) + len(generated) - 1]
+        ids = torch.tensor(generated)
+        tokens += generated
+        top += predicting.argmax(-1).tolist()
+        top_logit += predicting.max(-1).values.tolist()
+        token_logit += predicting.gather(1, ids[:, None])[:, 0].tolist()
+        scale += predicting.abs().max(-1).values.tolist()
         routed = np.asarray(out.outputs[0].routed_experts)
         n = routed.shape[0]  # every token that went through a forward (the last generated one did not)
-        for layer in range(layers):
-            ours = np.sort(routed[:, layer, :], axis=-1)
-            theirs = np.sort(chosen[layer].reshape(-1, routed.shape[-1])[:n].numpy(), axis=-1)
-            same[layer] += (ours == theirs).all(-1).sum()
-            zero[layer] += (routed[:, layer, :] == 0).all(-1).sum()
-        rows += n
+        routes.append(routed.astype(np.int32))
+        router_logits.append(np.stack([router[layer].float().reshape(-1, router[layer].shape[-1])[:n].numpy()
+                                       for layer in range(layers)], axis=1))
     for hook in hooks:
         hook.remove()
+    routes_all, logits_all = np.concatenate(routes), np.concatenate(router_logits)  # rows x layers x (k | experts)
+    data = os.path.join(probe_dir, "routes.npz")
+    np.savez(data, routes=routes_all, router_logits=logits_all, tokens=np.asarray(tokens), top=np.asarray(top),
+             top_logit=np.asarray(top_logit), token_logit=np.asarray(token_logit), scale=np.asarray(scale))
     paths = []
     for name in os.listdir(probe_dir):
-        with open(os.path.join(probe_dir, name)) as f:
-            paths += [json.loads(line) for line in f if line.strip()]
-    print(json.dumps({"rows": rows, "same_top2_set_per_layer": (same / max(rows, 1)).round(4).tolist(),
-                      "all_zero_rows_per_layer": (zero / max(rows, 1)).round(4).tolist(),
-                      "greedy_equal_to_reference": [argmax_same, generated],
-                      "moe_paths": sorted({p["path"] + "/" + p["isa"] for p in paths})}))
+        if name.endswith(".jsonl"):
+            with open(os.path.join(probe_dir, name)) as f:
+                paths += [json.loads(line) for line in f if line.strip()]
+    rows = len(routes_all)
+    zero = (routes_all == 0).all(-1).sum(0)
+    print(json.dumps({"rows": rows, "all_zero_rows_per_layer": (zero / max(rows, 1)).round(4).tolist(),
+                      "greedy_equal_to_reference": [int((np.asarray(tokens) == np.asarray(top)).sum()), len(tokens)],
+                      "moe_paths": sorted({p["path"] + "/" + p["isa"] for p in paths}), "data": data}))
 
 
 if __name__ == "__main__":
