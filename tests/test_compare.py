@@ -2,13 +2,15 @@
 the statuses side by side, the baseline file and the picture.
 
 The runs here are logs as verl's console logger prints them (``step:N - key:value``, numpy values, a Ray prefix),
-made with a seeded generator so that each verdict is the one its construction makes certain; the real jobs' logs
-and status directories are compared in the engine tier (``tests/engine/test_grpo.py``, ``compare`` section).
+made with a seeded generator so that each verdict is the one its construction makes certain; what verl's own loggers
+write (a diverged and a truncated run among them) is compared in ``tests/test_compare_verl_output.py``, the real
+jobs' logs and status directories in the engine tier (``tests/engine/test_grpo.py``, ``compare`` section).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import struct
 import sys
@@ -20,7 +22,9 @@ from records import record, write_record
 from subprocesses import run_command
 
 from verl_ascend_ext.runtime.records.schema import new_patch
-from verl_ascend_ext.tooling.compare.judge import FAIL, MOVED, NOISE, OK, step_noise
+from verl_ascend_ext.tooling.compare.judge import FAIL, MISSING, MOVED, NOISE, OK, judge, noise_of, step_noise
+from verl_ascend_ext.tooling.compare.rules import load_rules
+from verl_ascend_ext.tooling.compare.runs import Run, parse_step_line, read_run
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 DRIVER = 4242
@@ -104,17 +108,18 @@ def test_the_noise_statistic_ignores_a_trend_and_an_outlier_step() -> None:
     assert step_noise([1.0, 2.0, 3.0]) is None
 
 
-def test_verls_file_logger_output_reads_as_its_console_log(tmp_path: Path) -> None:
-    console = write_log(tmp_path / "run.log", seed=3)
-    from verl_ascend_ext.tooling.compare.runs import read_run
-
-    steps = read_run(console).steps
-    jsonl = tmp_path / "run.jsonl"
-    jsonl.write_text("".join(json.dumps({"step": s, "data": {**v, "note": "text"}}) + "\n" for s, v in steps.items()))
-    assert read_run(jsonl).steps == steps and read_run(jsonl).kind == "file logger"
-    assert read_run(console).driver_pids == [DRIVER]  # the driver's own boot line, not a Ray worker's
-    report = compare(console, jsonl, "--json", check_rc=0)
-    assert all(v["difference"] in (0, None) for v in report["verdicts"])
+def test_a_console_value_or_key_holding_a_colon_splits_at_the_pairs_colon(tmp_path: Path) -> None:
+    """verl's ``step:N - key:value`` pairs: a value's colons inside brackets or quotes stay in the value (a tensor's
+    device), a key's own colon stays in the key (a validation metric named ``data:metric``)."""
+    line = ("step:3 - loss:tensor(0.5, device='npu:0') - val-core/gsm8k:acc:np.float64(0.75) - device:'npu:0' - "
+            "perf/throughput:-1.5 - odd:(1 - 2)")
+    assert parse_step_line(line.split(" - ", 1)[1]) == {
+        "loss": "tensor(0.5, device='npu:0')", "val-core/gsm8k:acc": "np.float64(0.75)", "device": "'npu:0'",
+        "perf/throughput": "-1.5", "odd": "(1 - 2)"}
+    log = tmp_path / "run.log"
+    log.write_text(f"(TaskRunner pid=1) {line}\n")
+    assert read_run(log).steps == {3: {"loss": 0.5, "val-core/gsm8k:acc": 0.75, "perf/throughput": -1.5}}
+    assert read_run(write_log(tmp_path / "boot.log", seed=3)).driver_pids == [DRIVER]  # not the Ray worker's pid
 
 
 def test_a_rules_file_overrides_a_default_and_adds_a_rule(tmp_path: Path) -> None:
@@ -132,19 +137,29 @@ def test_a_rules_file_overrides_a_default_and_adds_a_rule(tmp_path: Path) -> Non
     assert report["failed"] == ["reward"]
 
 
-@pytest.mark.parametrize(("rules", "message"), [
-    ('[[rule]]\nmetric = "perf/throughput_typo"\nbound = "-5%"\n', "neither run logged: perf/throughput_typo"),
-    ('[[rule]]\nmetric = "perf/throughput"\nbound = "5 percent"\n', "rule 1: bound '5 percent'"),
-    ('[[rule]]\nmetric = "perf/throughput"\nbound = "-5%"\nwindow = [9, 2]\n', "rule 1: window [9, 2]"),
-    ('[[rule]]\nmetric = "perf/throughput"\nbound = "-5%"\nstatistic = "p99"\n', "statistic 'p99'"),
-    ('[[rule]]\nmetric = "perf/throughput"\nbund = "-5%"\n', "unknown key(s) bund; missing bound"),
-    ("rule = 1\n", "no [[rule]] table"),
+EXAMPLE = 'e.g. [[rule]] / name = "throughput" / metric = "perf/throughput" / window = [5, 14]'
+
+
+@pytest.mark.parametrize(("rules", "message", "fix"), [
+    ('[[rule]]\nmetric = "perf/throughput_typo"\nbound = "-5%"\n', "neither run logged: perf/throughput_typo",
+     "Write in the rules file a metric the runs log; known here: critic/score/mean"),
+    ('[[rule]]\nmetric = "perf/throughput"\nbound = "5 percent"\n', "rule 1: bound '5 percent'",
+     "write +x, -x or ±x (+-x), x a number or a percentage (e.g. -5%"),
+    ('[[rule]]\nmetric = "perf/throughput"\nbound = "-5%"\nwindow = [9, 2]\n', "rule 1: window [9, 2]",
+     'first <= last), e.g. window = [5, 14], or window = "last"'),
+    ('[[rule]]\nmetric = "perf/throughput"\nbound = "-5%"\nstatistic = "p99"\n', "statistic 'p99'",
+     'write one of mean, median, max, min, last, e.g. statistic = "mean"'),
+    ('[[rule]]\nmetric = "perf/throughput"\nbund = "-5%"\n', "unknown key(s) bund; missing bound",
+     f"A rule's keys: metric and bound (needed), name, window, statistic, {EXAMPLE}"),
+    ("rule = 1\n", "no [[rule]] table", f"Write one [[rule]] table per rule, {EXAMPLE}"),
+    ("rule = [1]\n", "rule 1: not a table (1)", f"not a value of `rule = ...`, {EXAMPLE}"),
 ])
-def test_bad_rules_are_an_error_naming_the_rule_and_the_fix(tmp_path: Path, rules: str, message: str) -> None:
+def test_bad_rules_are_an_error_naming_the_rule_and_the_fix(tmp_path: Path, rules: str, message: str,
+                                                            fix: str) -> None:
     base = write_log(tmp_path / "base.log", seed=0)
     (tmp_path / "rules.toml").write_text(rules)
     text = compare(base, base, "--rules", tmp_path / "rules.toml", check_rc=2)
-    assert message in text and "rules" in text, text
+    assert message in text and "rules" in text and fix in text, text
 
 
 def test_bad_runs_are_an_error_naming_the_file(tmp_path: Path) -> None:
@@ -178,25 +193,24 @@ def status_dir(base: Path, driver: int, fixed_upstream: bool) -> Path:
 def test_statuses_side_by_side_show_what_an_upgrade_turned_into_fixed_upstream(tmp_path: Path) -> None:
     base, run = write_log(tmp_path / "b.log", seed=0), write_log(tmp_path / "r.log", seed=1, driver=5000)
     dirs = [status_dir(tmp_path / "sb", DRIVER, False), status_dir(tmp_path / "sr", 5000, True)]
-    report = compare(base, run, "--status-dir", *dirs, "--json", check_rc=0)
+    report = compare(base, run, "--dir", *dirs, "--json", check_rc=0)
     assert report["status"]["differences"] == [{"role": "ray-worker WorkerDict", "patch": "weight-sync-kv-barrier",
                                                 "baseline": "applied:2, ran in 2 of 2", "run": "fixed-upstream:2"}]
-    text = compare(base, run, "--status-dir", *dirs, check_rc=0)
+    text = compare(base, run, "--dir", *dirs, check_rc=0)
     assert "weight-sync-kv-barrier" in text and "fixed-upstream:2" in text
-    text = compare(base, run, "--status-dir", dirs[1], dirs[1], check_rc=2)  # the baseline's is another job's
+    text = compare(base, run, "--dir", dirs[1], dirs[1], check_rc=2)  # the baseline's is another job's
     assert f"status directory {dirs[1]} holds another job's records" in text and str(DRIVER) in text
 
 
 def test_a_baseline_file_keeps_the_run_and_its_statuses_and_compares_as_the_run(tmp_path: Path) -> None:
     run = write_log(tmp_path / "run.log", seed=1)
     baseline = tmp_path / "glm5_2.baseline"
-    text = compare("--write-baseline", baseline, run, "--status-dir", status_dir(tmp_path / "s", DRIVER, False),
-                       "-", check_rc=0)
+    text = compare("--write-baseline", baseline, run, "--dir", status_dir(tmp_path / "s", DRIVER, False), check_rc=0)
     assert "20 step(s)" in text and "with the plugin's statuses" in text
     content = baseline.read_text()
     assert content.startswith("# verl-ascend-ext baseline 1\n") and "\nstep:20 - critic/score/mean:" in content
     assert "\nstatus: {" in content
-    report = compare(baseline, run, "--json", "--status-dir", "-", status_dir(tmp_path / "s2", DRIVER, False),
+    report = compare(baseline, run, "--json", "--dir", "-", status_dir(tmp_path / "s2", DRIVER, False),
                          check_rc=0)
     assert all(v["difference"] in (0, None) for v in report["verdicts"])
     assert report["status"]["differences"] == []
@@ -212,3 +226,78 @@ def test_the_picture_draws_every_judged_metric_into_a_png(tmp_path: Path) -> Non
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", header[16:24])
     assert width > 1000 and height > 800  # five panels in two columns
+
+
+def test_dir_takes_two_directories_for_compare_and_one_for_write_baseline(tmp_path: Path) -> None:
+    run = write_log(tmp_path / "run.log", seed=1)
+    directory = status_dir(tmp_path / "s", DRIVER, False)
+    text = compare(run, run, "--dir", directory, check_rc=2)
+    assert "--dir takes 2 here, BASELINE_DIR RUN_DIR ('-' for a side without one); 1 given" in text
+    text = compare("--dir", directory, directory, run, run, check_rc=2)  # --dir before the runs swallows them
+    assert "4 given" in text and "Put --dir after the runs: verl-ascend compare BASELINE RUN --dir" in text
+    text = compare("--write-baseline", tmp_path / "b.baseline", run, "--dir", directory, "-", check_rc=2)
+    assert "--dir takes 1 here, the RUN's status directory; 2 given" in text
+    assert not (tmp_path / "b.baseline").exists()
+    text = compare("--write-baseline", tmp_path / "b.baseline", run, "--dir", "-", check_rc=0)
+    assert "20 step(s)" in text and "statuses" not in text
+    help_text = compare("--help", check_rc=0)
+    assert "--write-baseline FILE RUN [--dir DIR]" in " ".join(help_text.split())
+    assert "--status-dir" not in help_text
+
+
+def series_run(path: str, values: dict[str, dict[int, float]]) -> Run:
+    """A run holding ``values`` (metric -> step -> value) and nothing else."""
+    raw: dict[int, dict[str, str | float]] = {}
+    for metric, steps in values.items():
+        for step, value in steps.items():
+            raw.setdefault(step, {})[metric] = value
+    return Run(path, "console log", raw)
+
+
+RULES = {rule.name: rule for rule in load_rules(None)}
+CALM = {step: 1000.0 + (-1) ** step for step in range(1, 21)}  # throughput +-1 around 1000
+
+
+def test_a_run_that_stopped_logging_a_metric_fails_and_allow_missing_judges_the_steps_both_have() -> None:
+    base = series_run("b", {"perf/throughput": CALM})
+    run = series_run("r", {"perf/throughput": {s: v for s, v in CALM.items() if s <= 8}, "other": {20: 1.0}})
+    verdict = judge(RULES["throughput"], base, run)
+    assert (verdict.verdict, verdict.steps) == (FAIL, (10, 4)), verdict
+    assert verdict.note.startswith("run has 4 of the 10 steps of steps 5-14 the baseline has: it lacks step(s) 9-14 "
+                                   "(its last step of perf/throughput is 8)")
+    verdict = judge(RULES["throughput"], base, run, allow_missing=True)
+    assert (verdict.verdict, verdict.baseline, verdict.run) == (OK, 1000.0, 1000.0), verdict
+    assert "judged on the 4 step(s) both runs have" in verdict.note
+
+
+def test_a_metric_only_the_run_has_is_a_note_and_a_nan_outside_the_window_is_not_judged() -> None:
+    base = series_run("b", {"perf/throughput": CALM})
+    run = series_run("r", {"perf/throughput": {**CALM, 20: math.nan}, "actor/distillation/loss": dict(CALM)})
+    verdict = judge(RULES["distillation loss"], base, run)
+    assert verdict.verdict == MISSING and not verdict.failed
+    assert verdict.note == ("baseline has no value of actor/distillation/loss in steps 5-14, the run has 10: nothing "
+                            "to compare against")
+    assert judge(RULES["throughput"], base, run).verdict == OK  # step 20 lies outside steps 5-14
+
+
+def test_the_noise_across_gaps_uses_evenly_spaced_steps_only_and_says_so() -> None:
+    assert noise_of({1: 0.0, 3: 1.0, 5: 0.0, 7: 1.0}).differences == 2  # every other step: evenly spaced
+    gapped = noise_of({5: 0.0, 6: 1.0, 7: 0.0, 9: 1.0, 10: 0.0, 12: 1.0, 13: 0.0, 14: 1.0})
+    assert (gapped.steps, gapped.gaps, gapped.differences) == (8, 2, 2)  # (5, 6, 7) and (12, 13, 14)
+    assert gapped.sigma == pytest.approx(2.0 / (0.6745 * 6**0.5))
+    holes = {s: v for s, v in CALM.items() if s not in (8, 11)}
+    verdict = judge(RULES["throughput"], series_run("b", {"perf/throughput": CALM}),
+                    series_run("r", {"perf/throughput": holes}), allow_missing=True)
+    assert verdict.note == (
+        "noise read from few or gapped steps (baseline 8 step(s) with 2 missing in between, 2 second difference(s); "
+        "run 8 step(s) with 2 missing in between, 2 second difference(s); second differences over evenly spaced "
+        "steps only, a triple across an uneven gap skipped): a rough estimate; run has 8 of the 10 steps of steps "
+        "5-14 the baseline has: it lacks step(s) 8, 11 (its last step of perf/throughput is 20); judged on the 8 "
+        "step(s) both runs have")
+    sparse = {5: 1000.0, 7: 1000.0, 9: 1000.0}
+    verdict = judge(RULES["throughput"], series_run("b", {"perf/throughput": sparse}),
+                    series_run("r", {"perf/throughput": sparse}))
+    assert verdict.verdict == OK and verdict.note == (
+        "noise unknown (baseline 3 step(s) with 2 missing in between, 1 second difference(s); run 3 step(s) with 2 "
+        "missing in between, 1 second difference(s); second differences over evenly spaced steps only, a triple "
+        "across an uneven gap skipped; it needs 2): the bound alone decides")

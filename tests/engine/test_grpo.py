@@ -381,7 +381,10 @@ def step1_rules(path: Path) -> Path:
 def test_compare_says_the_gate_on_and_off_jobs_agree_on_step_one(jobs: Jobs, tmp_path: Path) -> None:
     on, off = jobs["on"].as_planned(), jobs["off"]
     rules = step1_rules(tmp_path / "step1.toml")
-    text = compare(on.directory / "job.log", off.directory / "job.log", "--rules", rules, "--json", rc=0)
+    # the off job stops at its step-2 save on purpose: the steps it lacks are notes here (--allow-missing), not the
+    # truncated run compare fails by default (test_compare_fails_a_diverged_or_truncated_copy_of_a_real_jobs_log)
+    text = compare(on.directory / "job.log", off.directory / "job.log", "--rules", rules, "--json", "--allow-missing",
+                   rc=0)
     report = json.loads(text)
     judged = {v["rule"]: v["verdict"] for v in report["verdicts"] if v["rule"].endswith("at step 1")}
     assert judged == {f"{m} at step 1": "ok" for m in STEP1_ROLLOUT}, report["verdicts"]
@@ -393,14 +396,40 @@ def test_compare_says_the_gate_on_and_off_jobs_agree_on_step_one(jobs: Jobs, tmp
             line = re.sub(r"(critic/score/mean:)([^ ]+)", lambda m: f"{m.group(1)}{float(m.group(2)) + 0.25}", line)
         lines.append(line)
     doctored.write_text("\n".join(lines) + "\n")
-    text = compare(on.directory / "job.log", doctored, "--rules", rules, rc=1)
+    text = compare(on.directory / "job.log", doctored, "--rules", rules, "--allow-missing", rc=1)
     assert "FAILED: critic/score/mean at step 1 (exit 1)" in text, text
+
+
+def test_compare_fails_a_diverged_or_truncated_copy_of_a_real_jobs_log(jobs: Jobs, tmp_path: Path) -> None:
+    """verl's console log of a real job against itself passes; the same log with the reward NaN from step 2 (a
+    diverged run), or cut after step 1 (a run that stopped), fails naming the metric and the step or the count."""
+    on = jobs["on"].as_planned()
+    log = on.directory / "job.log"
+    steps = sorted(on.metrics)
+    assert len(steps) >= 2, on.explain()
+    rules = tmp_path / "reward.toml"
+    rules.write_text(f'[[rule]]\nname = "reward"\nmetric = "critic/score/mean"\nwindow = [1, {steps[-1]}]\n'
+                     'statistic = "mean"\nbound = "±0.05"\n')
+    compare(log, log, "--rules", rules, rc=0)
+    lines = log.read_text().splitlines()
+    step_of = [int(m.group(1)) if (m := re.search(r"(?:^|\s)step:(\d+) - ", line)) else None for line in lines]
+    diverged = tmp_path / "diverged.log"
+    diverged.write_text("\n".join(re.sub(r"(critic/score/mean:)[^ ]+", r"\1nan", line) if (step or 0) >= 2 else line
+                                  for line, step in zip(lines, step_of, strict=True)) + "\n")
+    failed = lambda text: next(line for line in text.splitlines() if line.startswith("FAILED: "))  # noqa: E731
+    text = compare(log, diverged, "--rules", rules, rc=1)
+    assert "reward" in failed(text) and "critic/score/mean is nan at step 2" in text, text
+    stopped = tmp_path / "stopped.log"
+    stopped.write_text("\n".join(line for line, step in zip(lines, step_of, strict=True) if (step or 0) < 2) + "\n")
+    text = compare(log, stopped, "--rules", rules, rc=1)
+    assert "reward" in failed(text) and f"run has 1 of the {len(steps)} steps" in text, text
+    compare(log, stopped, "--rules", rules, "--allow-missing", rc=0)
 
 
 def test_compare_lists_what_stands_down_on_verl_091_against_the_090_job(jobs: Jobs) -> None:
     on, resumed = jobs["on"].as_planned(), jobs["resumed"].as_planned()
     text = compare(on.directory / "job.log", resumed.directory / "job.log", "--status-only", "--json",
-                   "--status-dir", on.status_dir, resumed.status_dir, rc=0)
+                   "--dir", on.status_dir, resumed.status_dir, rc=0)
     rows = {(d["role"], d["patch"]): (d["baseline"], d["run"]) for d in json.loads(text)["status"]["differences"]}
     for patch in ("weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc", "distill-fsdp2-topk"):
         base, run = rows[("ray-worker WorkerDict", patch)]
@@ -413,5 +442,5 @@ def test_compare_lists_what_stands_down_on_verl_091_against_the_090_job(jobs: Jo
     assert "share no step" in text and "steps 1-2" in text and "steps 4-4" in text, text
     # a status directory of another job is refused, naming the driver pids
     text = compare(on.directory / "job.log", resumed.directory / "job.log", "--status-only",
-                   "--status-dir", jobs["off"].status_dir, resumed.status_dir, rc=2)
+                   "--dir", jobs["off"].status_dir, resumed.status_dir, rc=2)
     assert "holds another job's records" in text, text

@@ -1,9 +1,9 @@
-"""``verl-ascend compare --write-baseline FILE RUN``: a run kept as plain text a recipe can ship.
+"""``verl-ascend compare --write-baseline FILE RUN [--dir DIR]``: a run kept as plain text a recipe can ship.
 
 The file is readable and diffable: a header line (``# verl-ascend-ext baseline 1``) and where it came from, then one
 ``step:N - key:value - ...`` line per step, as verl's console logger prints them, holding the metrics the rules
-judge (the defaults and those of ``--rules``), and, when the run's status directory was given, the plugin's status
-per role and patch on a ``status:`` line (JSON). ``compare`` reads it as it reads a log.
+judge (the defaults and those of ``--rules``), and, when the run's status directory was given (``--dir``), the
+plugin's status per role and patch on a ``status:`` line (JSON). ``compare`` reads it as it reads a log.
 """
 
 from __future__ import annotations

@@ -3,7 +3,12 @@
 Reads both runs (``runs``), judges every rule (``rules``, ``judge``), puts the plugin's statuses side by side when
 status directories (or a baseline's summary) are there (``status_side``), prints a table (or ``--json``), draws the
 picture (``--plot``, ``picture``). ``--write-baseline FILE RUN`` keeps a run as a baseline instead (``baseline``).
-Exit 0: no rule failed; 1: a rule failed (beyond its bound and beyond the runs' noise); 2: unusable input.
+Exit 0: no rule failed; 1: a rule failed (beyond its bound and beyond the runs' noise, a NaN or inf in its window,
+or the run lacking steps of it the baseline has, unless ``--allow-missing``); 2: unusable input.
+
+``--dir`` is ``status``'s flag: ``status --dir DIR`` reads one job's directory (default VERL_ASCEND_EXT_STATUS_DIR);
+``compare`` has two jobs, so ``--dir BASELINE_DIR RUN_DIR`` and no default (the variable names one job's directory,
+never both); ``--write-baseline`` keeps one run, so ``--dir DIR``.
 """
 
 from __future__ import annotations
@@ -27,17 +32,27 @@ def add_parser(sub: Any) -> None:
         description="Compare RUN with BASELINE: each is verl's console log of a run, its file logger output (.jsonl) "
         "or a baseline file (--write-baseline). Rules: the defaults of verl's nightly Ascend CI plus the plugin's "
         "own; --rules FILE (TOML, [[rule]] tables: name, metric, window [first, last] or \"last\", statistic "
-        "mean|median|max|min|last, bound +x|-x|±x with x a number or a percentage) overrides or adds.")
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="BASELINE RUN (or the one RUN of --write-baseline)")
+        "mean|median|max|min|last, bound +x|-x|±x with x a number or a percentage) overrides or adds. Exit 0: no rule "
+        "failed; 1: a rule failed: beyond its bound and the runs' noise, a NaN or inf in its window (either run), or "
+        "the run lacking steps of its window that the baseline has (unless --allow-missing); 2: unusable input.")
+    parser.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE RUN (or the one RUN of --write-baseline)")
     parser.add_argument("--rules", metavar="FILE", help="rules file (TOML) over the defaults")
-    parser.add_argument("--status-dir", nargs=2, metavar=("BASELINE_DIR", "RUN_DIR"),
-                        help="the two jobs' status directories (VERL_ASCEND_EXT_STATUS_DIR); '-' for none")
+    parser.add_argument("--dir", nargs="+", metavar="DIR",
+                        help="status directories (each job's VERL_ASCEND_EXT_STATUS_DIR, as `status --dir` reads "
+                        "them): BASELINE_DIR RUN_DIR, '-' for a side without one; with --write-baseline the one RUN's "
+                        "DIR. No default: the variable names one job's directory, so pass it on its side, e.g. "
+                        "--dir ST_BEFORE \"$VERL_ASCEND_EXT_STATUS_DIR\". Put it after the runs")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="a run lacking steps of a rule's window that the baseline has (it ended early or "
+                        "stopped logging the metric) is a note (judged on the steps both have), not a failure; a NaN "
+                        "or inf still fails")
     parser.add_argument("--plot", metavar="PNG", help="draw the compared curves into this PNG (needs matplotlib)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--status-only", action="store_true",
                         help="compare the plugin's statuses only (runs over different steps: a job and its resume)")
     parser.add_argument("--write-baseline", metavar="FILE",
-                        help="keep the one RUN as a baseline file (with --status-dir DIR for its statuses)")
+                        help="keep the one RUN as a baseline file: --write-baseline FILE RUN [--dir DIR], DIR the "
+                        "run's status directory when its statuses are to be kept")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
         rules = load_rules(args.rules)
         if args.write_baseline:
             return _write_baseline(args, rules)
+        _check_dirs(args.dir, 2, "BASELINE_DIR RUN_DIR ('-' for a side without one)")
         if len(args.runs) != 2:
-            raise RunError(f"compare takes BASELINE and RUN; {len(args.runs)} given")
-        report = compare(args.runs[0], args.runs[1], rules, args.status_dir, explicit=args.rules is not None,
-                         status_only=args.status_only)
+            raise RunError(f"compare takes BASELINE and RUN; {len(args.runs)} given ({' '.join(args.runs)}): "
+                           "verl-ascend compare BASELINE RUN [--dir BASELINE_DIR RUN_DIR]")
+        report = compare(args.runs[0], args.runs[1], rules, args.dir, explicit=args.rules is not None,
+                         status_only=args.status_only, allow_missing=args.allow_missing)
     except (RunError, RulesError) as err:
         print(f"verl-ascend compare: error: {err}", file=sys.stderr)
         return 2
@@ -58,15 +75,23 @@ def run(args: argparse.Namespace) -> int:
     return report["exit_code"]
 
 
+def _check_dirs(dirs: list[str] | None, count: int, what: str) -> None:
+    if dirs is not None and len(dirs) != count:
+        raise RunError(f"--dir takes {count} here, {what}; {len(dirs)} given ({' '.join(dirs)}). Put --dir after the "
+                       "runs: verl-ascend compare BASELINE RUN --dir BASELINE_DIR RUN_DIR, or verl-ascend compare "
+                       "--write-baseline FILE RUN --dir DIR")
+
+
 def compare(baseline_path: str, run_path: str, rules: tuple[Rule, ...], status_dirs: list[str] | None = None,
-            explicit: bool = False, status_only: bool = False) -> dict[str, Any]:
+            explicit: bool = False, status_only: bool = False, allow_missing: bool = False) -> dict[str, Any]:
     """The comparison report of two runs (``explicit``: the rules came from a file, so a metric neither run logged
-    is an error; ``status_only``: no rule is judged, the statuses alone are compared)."""
+    is an error; ``status_only``: no rule is judged, the statuses alone are compared; ``allow_missing``: steps the
+    run lacks and the baseline has are a note, not a failure)."""
     base, new = read_run(baseline_path), read_run(run_path)
     if status_only:
         statuses = _statuses(base, new, status_dirs)
         if statuses is None or "differences" not in statuses:
-            raise RunError("--status-only needs the statuses of both runs: --status-dir BASELINE_DIR RUN_DIR (or "
+            raise RunError("--status-only needs the statuses of both runs: --dir BASELINE_DIR RUN_DIR (or "
                            "baseline files written with their statuses)")
         return {"baseline": {"path": base.path, "kind": base.kind, "steps": base.span},
                 "run": {"path": new.path, "kind": new.kind, "steps": new.span}, "verdicts": [], "status": statuses,
@@ -74,14 +99,15 @@ def compare(baseline_path: str, run_path: str, rules: tuple[Rule, ...], status_d
     common = set(base.raw) & set(new.raw)
     if not common:
         raise RunError(f"the runs share no step: {base.path} has {base.span}, {new.path} has {new.span}. Compare "
-                       "runs over the same steps, or their statuses alone (--status-only --status-dir A B).")
+                       "runs over the same steps, or their statuses alone (--status-only --dir BASELINE_DIR RUN_DIR).")
     if explicit:
         logged = base.metrics() | new.metrics()
         unknown = sorted({r.metric for r in rules if not r.default} - logged)
         if unknown:
-            raise RulesError(f"the rules name metric(s) neither run logged: {', '.join(unknown)}. Known here: "
-                             f"{', '.join(sorted(logged)[:40])}{' ...' if len(logged) > 40 else ''}")
-    verdicts = judge_all(rules, base, new)
+            raise RulesError(f"the rules name metric(s) neither run logged: {', '.join(unknown)}. Write in the rules "
+                             f"file a metric the runs log; known here: {', '.join(sorted(logged)[:40])}"
+                             f"{' ...' if len(logged) > 40 else ''}")
+    verdicts = judge_all(rules, base, new, allow_missing)
     statuses = _statuses(base, new, status_dirs)
     failed = [v.rule.name for v in verdicts if v.failed]
     return {"baseline": {"path": base.path, "kind": base.kind, "steps": base.span},
@@ -103,13 +129,12 @@ def _statuses(base: Run, new: Run, dirs: list[str] | None) -> dict[str, Any] | N
 
 
 def _write_baseline(args: argparse.Namespace, rules: tuple[Rule, ...]) -> int:
+    _check_dirs(args.dir, 1, "the RUN's status directory")
     if len(args.runs) != 1:
-        raise RunError(f"--write-baseline keeps one RUN; {len(args.runs)} given")
+        raise RunError(f"--write-baseline keeps one RUN; {len(args.runs)} given ({' '.join(args.runs)}): "
+                       "verl-ascend compare --write-baseline FILE RUN [--dir DIR]")
     source = read_run(args.runs[0])
-    status = None
-    if args.status_dir:
-        directory = args.status_dir[-1] if args.status_dir[-1] != "-" else args.status_dir[0]
-        status = summary(directory, source)
+    status = summary(args.dir[0], source) if args.dir and args.dir[0] != "-" else None
     steps = baselines.write(args.write_baseline, source, rules, status)
     print(f"verl-ascend compare: wrote {args.write_baseline}: {steps} step(s) of {source.path}"
           + (", with the plugin's statuses" if status else ""))

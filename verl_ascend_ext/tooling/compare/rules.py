@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STATISTICS = ("mean", "median", "max", "min", "last")
+EXAMPLE = ('[[rule]] / name = "throughput" / metric = "perf/throughput" / window = [5, 14] / statistic = "mean" / '
+           'bound = "-5%" (one key per line)')
 BOUND = re.compile(r"^\s*(?P<sign>\+-|±|\+|-)\s*(?P<value>\d+(?:\.\d*)?|\.\d+)\s*(?P<percent>%?)\s*$")
 
 
@@ -119,7 +121,8 @@ def load_rules(path: str | Path | None) -> tuple[Rule, ...]:
                          "`verl-ascend compare --help`).") from err
     entries = data.get("rule")
     if not isinstance(entries, list) or not entries:
-        raise RulesError(f"rules file {path}: no [[rule]] table in it")
+        raise RulesError(f"rules file {path}: no [[rule]] table in it. Write one [[rule]] table per rule, e.g. "
+                         f"{EXAMPLE}")
     for index, entry in enumerate(entries, 1):
         rule = _from_table(path, index, entry)
         rules[rule.name] = rule
@@ -129,7 +132,8 @@ def load_rules(path: str | Path | None) -> tuple[Rule, ...]:
 def _from_table(path: str | Path, index: int, entry: object) -> Rule:
     where = f"rules file {path}, rule {index}"
     if not isinstance(entry, dict):
-        raise RulesError(f"{where}: not a table")
+        raise RulesError(f"{where}: not a table ({entry!r}). Write each rule as a [[rule]] table of keys, not a "
+                         f"value of `rule = ...`, e.g. {EXAMPLE}")
     unknown = sorted(set(entry) - {"name", "metric", "window", "statistic", "bound"})
     missing = sorted({"metric", "bound"} - set(entry))
     problems = []
@@ -138,16 +142,19 @@ def _from_table(path: str | Path, index: int, entry: object) -> Rule:
     if missing:
         problems.append(f"missing {', '.join(missing)}")
     if problems:
-        raise RulesError(f"{where}: {'; '.join(problems)} (keys: name, metric, window, statistic, bound)")
+        raise RulesError(f"{where}: {'; '.join(problems)}. A rule's keys: metric and bound (needed), name, window, "
+                         f"statistic, e.g. {EXAMPLE}")
     window = entry.get("window", list(STEADY))
     if window == "last":
         window = None
     elif (not isinstance(window, list) or len(window) != 2 or not all(isinstance(w, int) for w in window)
           or window[0] > window[1]):
-        raise RulesError(f"{where}: window {window!r}: write [first, last] (steps, both included) or \"last\"")
+        raise RulesError(f"{where}: window {window!r}: write [first, last] (steps, both included, first <= last), "
+                         'e.g. window = [5, 14], or window = "last"')
     statistic = entry.get("statistic", "last" if window is None else "mean")
     if statistic not in STATISTICS:
-        raise RulesError(f"{where}: statistic {statistic!r}: one of {', '.join(STATISTICS)}")
+        raise RulesError(f"{where}: statistic {statistic!r}: write one of {', '.join(STATISTICS)}, e.g. "
+                         'statistic = "mean"')
     try:
         bound = Bound.parse(str(entry["bound"]))
     except ValueError as err:

@@ -4,8 +4,11 @@
   by every launcher): each ``step:N - key:value - ...`` line verl's ``LocalLogger`` prints (a Ray prefix such as
   ``(TaskRunner pid=12)`` before it is fine; numbers as ``pprint`` writes them, numpy's ``np.float64(...)`` too);
   a later line for the same step (a resumed job re-logging) replaces the earlier one;
+  a value's colons and `` - `` inside brackets or quotes (``tensor(0.5, device='npu:0')``) belong to the value,
+  and a key may hold a colon (``val-core/gsm8k:acc``): a pair splits at its last colon outside brackets and quotes;
 - **file logger** (``trainer.logger=[...,file]``, ``VERL_FILE_LOGGER_PATH``): one JSON object per line,
-  ``{"step": N, "data": {key: value}}``;
+  ``{"step": N, "data": {key: value}}``; verl writes it with orjson, which writes NaN and +-inf as ``null``: a
+  ``null`` metric is read as a non-finite value (``NULL``), which ``compare`` fails;
 - **baseline file** (``baseline.write``): the first line says so; the same step lines, and the plugin's status on a
   ``status:`` line.
 
@@ -16,6 +19,7 @@ A console log also tells which process was the job's driver: the plugin's boot l
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +30,9 @@ WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # np.float64(0.5), tensor(0.
 DRIVER_BOOT = re.compile(r"verl-ascend-ext \(pid (\d+), loaded by verl\)")
 BASELINE_HEADER = "# verl-ascend-ext baseline"
 BASELINE_FORMAT = 1
+NULL = "null"  # a file logger's null: verl's orjson writes NaN and +-inf so
+QUOTES, OPENS, CLOSES = "'\"", "([{", ")]}"
+ENCLOSED = re.compile(r"['\"]|[(\[{][^)\]}]*(?::| - )")  # a quote, or a colon or " - " after an open bracket
 
 
 class RunError(ValueError):
@@ -68,9 +75,12 @@ class Run:
 
 
 def number(value: str | float) -> float | None:
-    """A metric value as verl prints it (``0.5``, ``np.float64(0.5)``), or None when it is not a number."""
+    """A metric value as verl prints it (``0.5``, ``np.float64(0.5)``, ``nan``; a file logger's ``null`` is NaN), or
+    None when it is not a number."""
     if isinstance(value, float):
         return value
+    if value == NULL:
+        return math.nan
     try:
         return float(value)
     except ValueError:
@@ -83,13 +93,38 @@ def number(value: str | float) -> float | None:
         return None
 
 
+def _outside(text: str) -> list[bool]:
+    """Per character of ``text``: whether it stands outside brackets and quotes."""
+    flags, depth, quote, escaped = [], 0, "", False
+    for char in text:
+        flags.append(depth == 0 and not quote)
+        if quote:
+            escaped, quote = (not escaped and char == "\\"), ("" if char == quote and not escaped else quote)
+        elif char in QUOTES:
+            quote = char
+        elif char in OPENS:
+            depth += 1
+        elif char in CLOSES:
+            depth = max(0, depth - 1)
+    return flags
+
+
 def parse_step_line(rest: str) -> dict[str, str]:
-    """key -> value text of one ``step:N - key:value - ...`` line (after ``step:N - ``)."""
-    values = {}
-    for part in rest.split(" - "):
-        key, sep, value = part.rpartition(":")
-        if sep and key:
-            values[key.strip()] = value
+    """key -> value text of one ``step:N - key:value - ...`` line (after ``step:N - ``): pairs split at `` - ``
+    and each pair at its last ``:``, both outside brackets and quotes."""
+    if not ENCLOSED.search(rest):  # the common line: nothing inside brackets or quotes that could split
+        pairs = (part.rpartition(":") for part in rest.split(" - "))
+        return {key.strip(): value for key, sep, value in pairs if sep and key.strip()}
+    outside = _outside(rest)
+    values, start = {}, 0
+    cuts = [i for i in range(len(rest)) if outside[i] and rest.startswith(" - ", i)] + [len(rest)]
+    for cut in cuts:
+        if cut < start:
+            continue  # " - - " : the second cut overlaps the first
+        colons = [i for i in range(start, cut) if rest[i] == ":" and outside[i]]
+        if colons and rest[start:colons[-1]].strip():
+            values[rest[start:colons[-1]].strip()] = rest[colons[-1] + 1:cut]
+        start = cut + 3
     return values
 
 
@@ -144,7 +179,8 @@ def _jsonl(path: Path, text: str) -> Run:
         except (ValueError, KeyError, TypeError) as err:
             raise RunError(f"{path}:{number_}: not a line of verl's file logger ({{\"step\": N, \"data\": "
                            f"{{...}}}}): {err}") from err
-        steps[step] = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        steps[step] = {k: NULL if v is None else float(v) for k, v in data.items()
+                       if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
     return Run(str(path), "file logger", steps)
 
 
