@@ -7,12 +7,14 @@ module is imported or when doctor predicts. What a replacement reports, one API 
   the first time (``acted``: a record whose ``acts_when`` says it acts only on some calls, reported by its patch
   code where it acts);
 - ``stood_down``: it ran without doing its work, on a path it names (e.g. "fully-async sync, no colocated
-  rollout"): reported by the patch code of an ``acts_when`` record, the first time per path;
+  rollout"): reported by the patch code of an ``acts_when`` record, kept the first time per path; a path is a fixed
+  text, and what varies from call to call (a shape) follows ``DETAIL``: kept from the first call only;
 - ``escaped``: an exception of the plugin's own escaped it (the engine tells which exceptions are ours,
   ``replacement``); recorded once per exception, at the line that raised.
 
-Each first report rewrites the process record (through the listeners the boot sets) and never again for the
-same patch and path.
+A status change (``record_status``) rewrites the process record at once (``on_change``, set by the boot); an error
+too (``on_error``). Runs, acts and stand-downs are counted here in memory: the hot path writes nothing, it tells
+``on_count`` (the recorder, which writes them within a few seconds, off the caller's thread).
 """
 
 from __future__ import annotations
@@ -31,16 +33,25 @@ lock = threading.RLock()
 _statuses: dict[str, PatchStatus] = {}
 _exercised: set[str] = set()  # patch ids whose replacement has run (acted) at least once in this process
 _acts: dict[str, int] = {}  # patch id -> calls in which its replacement acted (records with ``acts_when``)
-_stood_down: dict[str, list[str]] = {}  # patch id -> the paths its replacement stood down on, first seen first
+_stood_down: dict[str, dict[str, str]] = {}  # patch id -> path -> the path with its first detail, first seen first
 _on_change: Callable[[PatchStatus | None], None] | None = None  # the process record's writer, set at the end of boot
 _on_error: Callable[[str, BaseException, str | None], None] | None = None  # the process record's error entry
+_on_count: Callable[[], None] | None = None  # told (under ``lock``) when a run, act or stand-down was counted
 REPORTED = "_verl_ascend_ext_reported"  # set on an exception once reported (it may escape nested replacements)
+DETAIL = "; first seen: "  # in a stand-down path, what follows is its detail (kept from the first call), not the path
 
 
 def on_change(listener: Callable[[PatchStatus | None], None] | None) -> None:
-    """Call ``listener`` after every status change and first report of a replacement from now on (one listener)."""
+    """Call ``listener`` after every status change from now on (one listener): written at once."""
     global _on_change
     _on_change = listener
+
+
+def on_count(listener: Callable[[], None] | None) -> None:
+    """Call ``listener()`` (under ``lock``: it must be quick and write nothing) when a replacement ran for the first
+    time, acted, or stood down on a new path: counts the record catches up with later (one listener)."""
+    global _on_count
+    _on_count = listener
 
 
 def on_error(listener: Callable[[str, BaseException, str | None], None] | None) -> None:
@@ -74,8 +85,8 @@ def exercised(patch_id: str) -> None:
         if patch_id in _exercised:
             return
         _exercised.add(patch_id)
-        if _on_change is not None:
-            _on_change(_statuses.get(patch_id))
+        if _on_count is not None:
+            _on_count()
 
 
 def acted(patch_id: str) -> None:
@@ -85,20 +96,23 @@ def acted(patch_id: str) -> None:
     with lock:
         _exercised.add(patch_id)
         _acts[patch_id] = _acts.get(patch_id, 0) + 1
-        if _on_change is not None:
-            _on_change(_statuses.get(patch_id))
+        if _on_count is not None:
+            _on_count()
 
 
 def stood_down(patch_id: str, path: str) -> None:
     """The replacement of ``patch_id`` ran without doing its work (it called the original as it is) on ``path``,
-    a few words a user reads in ``verl-ascend status`` ("fully-async sync, no colocated rollout")."""
+    a few words a user reads in ``verl-ascend status`` ("fully-async sync, no colocated rollout"): one of a fixed
+    set of texts, so that the record stays bounded; what varies by call (a shape) goes after ``DETAIL``, and only
+    the first call's is kept."""
+    key = path.partition(DETAIL)[0]
     with lock:
-        paths = _stood_down.setdefault(patch_id, [])
-        if path in paths:
+        paths = _stood_down.setdefault(patch_id, {})
+        if key in paths:
             return
-        paths.append(path)
-        if _on_change is not None:
-            _on_change(_statuses.get(patch_id))
+        paths[key] = path
+        if _on_count is not None:
+            _on_count()
 
 
 def escaped(patch_id: str, err: BaseException, where: str | None) -> None:
@@ -134,8 +148,9 @@ def acts_of(patch_id: str) -> int:
 
 
 def stood_down_on(patch_id: str) -> list[str]:
+    """The paths ``patch_id`` stood down on, first seen first, each with its first call's detail."""
     with lock:
-        return list(_stood_down.get(patch_id, ()))
+        return list(_stood_down.get(patch_id, {}).values())
 
 
 def forget(patch_id: str) -> None:

@@ -32,6 +32,7 @@ import torch
 
 from verl_ascend_ext.features.routing.declaration import GATE, ROUTE_CHECK
 from verl_ascend_ext.patching.gates import DISABLE_ENV
+from verl_ascend_ext.patching.status import DETAIL
 
 MIN_CONSTANT_TOKENS = 32
 CAPTURE = "vllm#49184"
@@ -93,8 +94,9 @@ def rows_of(input_lengths: torch.Tensor, attention_mask: Any, response_mask: Any
     batch, width = attention_mask.shape
     response_width = response_mask.shape[1]
     if response_mask.shape[0] != batch or response_width > width or input_lengths.numel() != batch:
-        return (f"attention_mask {tuple(attention_mask.shape)} / response_mask {tuple(response_mask.shape)} do not "
-                f"match the {input_lengths.numel()} packed samples")
+        return (f"attention_mask / response_mask do not match the packed samples{DETAIL}attention_mask "
+                f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}, "
+                f"{input_lengths.numel()} packed samples")
     attended = attention_mask.bool()
     if not torch.equal(attended.sum(-1).to(input_lengths.device), input_lengths):
         return "attention_mask does not count the packed samples' tokens: the tokens that feed the response are unknown"
@@ -113,9 +115,9 @@ def _packed_rows(input_lengths: torch.Tensor, response_mask: torch.Tensor) -> Ro
     offsets = response_mask.offsets().to(input_lengths.device)
     response_lengths = offsets.diff()
     if response_lengths.numel() != input_lengths.numel() or bool((response_lengths > input_lengths).any()):
-        return (f"response_mask's {response_lengths.numel()} rows of {response_lengths.tolist()} tokens do not end "
-                f"the {input_lengths.numel()} packed samples of {input_lengths.tolist()} tokens: the tokens that feed "
-                "the response are unknown")
+        return (f"response_mask's rows do not end the packed samples: the tokens that feed the response are "
+                f"unknown{DETAIL}{response_lengths.numel()} rows of {response_lengths.tolist()} tokens, "
+                f"{input_lengths.numel()} samples of {input_lengths.tolist()} tokens")
     scored = response_mask.values().to(input_lengths.device).bool()
     samples = input_lengths.numel()
     sample = torch.repeat_interleave(torch.arange(samples, device=input_lengths.device), response_lengths)
@@ -132,7 +134,8 @@ def check_micro_batch(routes: torch.Tensor, input_ids: torch.Tensor, attention_m
                       shape: RouterShape, uids: Sequence[Any] | None = None) -> str | None:
     """Check one micro-batch's routes (``[samples, tokens*, layers, topk]``, nested like ``input_ids``).
 
-    Returns None when they were checked and may be replayed, or why they were not checked; raises
+    Returns None when they were checked and may be replayed, or why they were not checked (one of a fixed set of
+    texts, what varies by micro-batch after ``status.DETAIL``: a stand-down path); raises
     ``RouteCheckError`` naming the first failing sample and layer."""
     if not (routes.is_nested and input_ids.is_nested):
         return "routed_experts / input_ids are not packed (nested): verl's R3 replay refuses them itself"
@@ -154,7 +157,7 @@ def check_micro_batch(routes: torch.Tensor, input_ids: torch.Tensor, attention_m
         return rows
     layers = checked_layers(values.shape[1], shape)
     if not layers:
-        return f"no MoE layer among the routes' {values.shape[1]} layers (num_layers={shape.num_layers})"
+        return f"no MoE layer among the routes' layers{DETAIL}{values.shape[1]} layers, num_layers={shape.num_layers}"
     found = _flags(values, offsets, rows, [i for i, _ in layers], shape)
     if not bool(torch.stack([f.any() for f in found]).any()):  # the verdict
         return None

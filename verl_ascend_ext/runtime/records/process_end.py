@@ -10,20 +10,24 @@ attribute swaps; nothing runs until the end):
   was called: Hydra, which runs verl's ``main_ppo``, catches the job's exception, prints it and calls
   ``sys.exit(1)``;
 - SIGTERM and SIGHUP where the process already handles them in Python when the plugin boots (Ray's workers
-  do): the signal is recorded, then the handler that was there runs, as it would have. Over the default
-  action nothing is installed: a Python handler runs only when the main thread runs Python, so a process
-  blocked in native code (a hung collective) would no longer end on SIGTERM. SIGINT arrives as
+  do): the signal is recorded (also when it lands while this thread is writing the record: the handler's write
+  completes inside it, ``recorder.Recorder.write``), then the handler that was there runs, as it would have.
+  Over the default action nothing is installed: a Python handler runs only when the main thread runs Python, so a
+  process blocked in native code (a hung collective) would no longer end on SIGTERM. SIGINT arrives as
   ``KeyboardInterrupt``, an exception;
 - the interpreter's end (``atexit``): the record is written with what was seen (an exit without any of the
   above: the code is not known, ``None``).
+
+Each of these writes the record at once, with every count the recorder had not written yet.
 
 The gate ``VERL_ASCEND_EXT_PROCESS_END`` (default on) switches all of it off: then nothing is installed, and an
 ended process shows as "ended without a word" (its errors raised by the plugin are still recorded).
 
 A process that ends without any of these (SIGKILL, the OOM killer, a crash in native code, ``os._exit``, a
 host that went away) leaves its last record as it was: ``verl-ascend status`` shows it as "ended without a
-word", with the time that record was written. Errors the plugin raises itself are recorded when they are
-raised (``recorder.failed``, by the patch engine). Only the standard library is imported.
+word", with the time that record was written (its counts up to ``recorder.FLUSH_EVERY`` seconds old). Errors
+the plugin raises itself are recorded when they are raised (``recorder.failed``, by the patch engine). Only the
+standard library is imported.
 """
 
 from __future__ import annotations

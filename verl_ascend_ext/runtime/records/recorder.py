@@ -1,11 +1,19 @@
 """This process's own record, kept up to date: the only writer of a process's record is that process.
 
-Written at the end of ``boot.activate`` and again whenever a patch status changes (a target module imported, a
-refusal), another loader boots the plugin again, an eager replacement runs (or acts) for the first time in the
-process, a replacement stands down on a path for the first time, an exception of the plugin's own escapes a
-replacement or the boot (``failed``, when it escapes) and when the process ends (``ending``, from
-``process_end``), and once in a Ray worker that booted idle, when Ray binds it an actor (``actor_watch``). What a
-record holds is ``schema``'s.
+Written at once, on the caller's thread, at the end of ``boot.activate`` and whenever a patch status changes (a
+target module imported, a refusal), another loader boots the plugin again, an exception of the plugin's own escapes
+a replacement or the boot (``failed``, when it escapes), when the process ends (``ending``, from ``process_end``),
+and once in a Ray worker that booted idle, when Ray binds it an actor (``actor_watch``). Counts (an eager
+replacement's first run, an ``acts_when`` record's acts, a first stand-down on a path: the hot path) are only
+counted in memory (``patching.status``); the record catches up with them at most once every ``FLUSH_EVERY``
+seconds, in a daemon thread started at the first count (``counted``), and at any write above, which writes
+everything (the end of a process writes every count; so does ``flush`` and, for a process whose end is not
+observed, the interpreter's exit). A process killed outright (SIGKILL) loses at most the last ``FLUSH_EVERY``
+seconds of counts (``LAG_NOTE``). What a record holds is ``schema``'s.
+
+A write interrupted by a signal whose handler writes the end (``process_end``, on the same thread, re-entering the
+lock) cannot lose that end: each write has its own temporary file, and the interrupted write, once it resumes,
+writes the newest record again rather than leaving its older one in place.
 
 Housekeeping is this writer's too, for its own kind only: after its first write it removes, at most once an hour
 and in a daemon thread, the records of dead processes of its own host and namespace last written more than
@@ -16,6 +24,7 @@ fails because of a record. Only the standard library is imported.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -26,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verl_ascend_ext.patching.status import acts_of, stood_down_on, was_exercised
+from verl_ascend_ext.patching.status import acts_of, on_count, stood_down_on, was_exercised
 from verl_ascend_ext.patching.status import lock as status_lock
 from verl_ascend_ext.runtime.records import actor_watch, identity, store
 from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, LOCAL_NAMESPACE, new_record
@@ -37,6 +46,10 @@ PLUGIN_ENV = ("VERL_USE_EXTERNAL_PLUGINS", "VLLM_PLUGINS")
 MAX_ERRORS = 20
 PRUNE_EVERY = 3600.0  # a booting process prunes its namespace (in a daemon thread) at most this often
 PRUNE_STAMP = ".pruned"
+FLUSH_EVERY = 2.0  # s: counts (runs, acts, stand-downs) reach the record at most this late, written off the hot path
+LAG_NOTE = (f"Counts (ran, acted, stood down) may lag by up to {FLUSH_EVERY:g} s: a process writes them at most "
+            f"every {FLUSH_EVERY:g} s and when it ends, so one killed outright (SIGKILL, the OOM killer) lost at most "
+            f"its last {FLUSH_EVERY:g} s of them.")  # for `verl-ascend status` to print beside the counts
 
 
 class Recorder:
@@ -66,6 +79,11 @@ class Recorder:
         self.actor_id: str | None = None
         self.last: bytes = b""
         self.fd: int | None = None
+        self.pending = False  # counts changed since the last write
+        self.wake: threading.Event | None = None  # the flusher's, once it started (at the first count)
+        self.closed = False  # the interpreter is exiting: the flusher writes no more
+        self.last_write = 0.0  # time.monotonic() of the last write
+        self.newest: tuple[int, bytes] = (0, b"")  # the newest record built, numbered: a nested write's is newer
 
     def record(self) -> dict[str, Any]:
         from verl_ascend_ext._version import __version__
@@ -94,21 +112,31 @@ class Recorder:
             patches=patches, errors=list(self.errors), ended=self.ended)
 
     def write(self) -> None:
+        """Write the record now, with every count (this process's own record only: not one inherited by ``fork``).
+
+        A signal handler may write again from inside this call, on the same thread (the lock is re-entrant): the
+        nested write completes (its own temporary file), and this one, when it resumes, writes the newest record
+        over its own older one."""
         with self.lock:
-            if self.failed:
+            if self.failed or self.pid != os.getpid():
                 return
             try:
+                self.pending = False  # what is counted until the record is built below is in it
+                seq = self.newest[0] + 1
                 data = json.dumps(self.record(), separators=(",", ":")).encode()
+                self.newest = (seq, data)
                 if data == self.last:
                     return
                 first = self.fd is None
                 if first:
-                    base = store.open_base(self.base)
-                    try:
-                        self.fd = store.open_dir(self.namespace, dir_fd=base)
-                    finally:
-                        os.close(base)
-                store.write_atomic(self.fd, self.name, data)
+                    self._open()
+                while True:
+                    assert self.fd is not None
+                    store.write_atomic(self.fd, self.name, data)
+                    self.last_write = time.monotonic()
+                    if self.newest[0] == seq:  # no nested write built a newer record while this one wrote
+                        break
+                    seq, data = self.newest  # the nested write's record: on top again
                 self.last = data
                 if first:
                     self._maybe_prune()
@@ -117,6 +145,38 @@ class Recorder:
                 logger.warning("verl-ascend-ext: process status not recorded (pid %d): %s: %s. The job is not "
                                "affected; `verl-ascend status` will not see this process. Fix: set %s to a "
                                "private directory this user owns.", self.pid, type(err).__name__, err, store.DIR_ENV)
+
+    def _open(self) -> None:
+        base = store.open_base(self.base)
+        try:
+            fd = store.open_dir(self.namespace, dir_fd=base)
+        finally:
+            os.close(base)
+        if self.fd is None:
+            self.fd = fd
+        else:  # a nested write (a signal handler's) opened it meanwhile
+            os.close(fd)
+
+    def counted(self) -> None:
+        """A count changed (under the status lock): have the flusher write it within ``FLUSH_EVERY`` seconds."""
+        if self.pending:
+            return
+        self.pending = True
+        if self.failed or self.pid != os.getpid():
+            return
+        if self.wake is None:
+            self.wake = threading.Event()
+            _hold_lock_across_fork()
+            threading.Thread(target=_flush_loop, args=(self,), name="verl-ascend-ext-record-flush",
+                             daemon=True).start()
+            atexit.register(_at_exit, self)
+        self.wake.set()
+
+    def flush(self) -> None:
+        """Write now if counts changed since the last write."""
+        with self.lock:
+            if self.pending:
+                self.write()
 
     def _maybe_prune(self) -> None:
         """Prune this host's old dead records of the namespace in a daemon thread, at most every PRUNE_EVERY s."""
@@ -132,6 +192,35 @@ class Recorder:
                          name="verl-ascend-ext-prune", daemon=True).start()
 
 
+def _hold_lock_across_fork() -> None:
+    """A fork while the flusher holds the status lock would leave it held for good in the child (which has no
+    flusher): every ``os.fork`` from now on waits for the lock and the child gets it free."""
+    global _fork_held
+    if not _fork_held:
+        _fork_held = True
+        os.register_at_fork(before=status_lock.acquire, after_in_parent=status_lock.release,
+                            after_in_child=status_lock.release)
+
+
+def _flush_loop(rec: Recorder) -> None:
+    """The flusher (a daemon thread: it never keeps the process alive): woken by the first count after a write, it
+    writes once ``FLUSH_EVERY`` seconds have passed since the last write."""
+    assert rec.wake is not None
+    while True:
+        rec.wake.wait()
+        time.sleep(max(0.0, rec.last_write + FLUSH_EVERY - time.monotonic()))
+        if rec.closed:
+            return
+        rec.wake.clear()  # before the write: a count from here on wakes the next round
+        rec.flush()
+
+
+def _at_exit(rec: Recorder) -> None:
+    """The interpreter exits: the counts the flusher has not written yet are written now, and it stops."""
+    rec.flush()
+    rec.closed = True
+
+
 def _prune_own_kind(base: str, namespace: str, host: str) -> None:
     from verl_ascend_ext.runtime.records.prune import keep_seconds, prune
 
@@ -142,6 +231,7 @@ def _prune_own_kind(base: str, namespace: str, host: str) -> None:
 
 
 _recorder: Recorder | None = None
+_fork_held = False  # whether ``_hold_lock_across_fork`` registered its handlers in this interpreter
 
 
 def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callable[[], Mapping],
@@ -152,6 +242,7 @@ def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callab
     """
     global _recorder
     _recorder = Recorder(source, gates, disable, statuses, observed or {})
+    on_count(_recorder.counted)
     _recorder.write()
     if _recorder.session is not None and identity.ray_actor(identity.process_title()) is None:
         actor_watch.watch_for_actor(changed)
@@ -166,10 +257,16 @@ def loaded_again(source: str) -> None:
 
 
 def changed(_patch_id: str | None = None) -> None:
-    """A patch status changed after boot, or a replacement ran, acted or stood down for the first time on a path:
-    rewrite the record."""
+    """A patch status changed after boot (or Ray bound this worker an actor): rewrite the record now."""
     if _recorder is not None:
         _recorder.write()
+
+
+def flush() -> None:
+    """Write the counts not written yet (runs, acts, stand-downs) now, on this thread; nothing when there are none.
+    For a test or a tool reading this process's own record file: the flusher writes them within ``FLUSH_EVERY``."""
+    if _recorder is not None:
+        _recorder.flush()
 
 
 def mine() -> bool:
@@ -190,7 +287,8 @@ def failed(by: str, err: BaseException, where: str | None) -> None:
 
 
 def ending(ended: Mapping[str, Any]) -> None:
-    """How this process ended (``process_end.ended``): written now, atomically."""
+    """How this process ended (``process_end.ended``): written now, atomically, with every count; also from a signal
+    handler that interrupted a write on this thread (``Recorder.write``)."""
     if not mine():
         return
     assert _recorder is not None

@@ -5,14 +5,15 @@ directory: the Ray session name for Ray worker processes, ``local`` for every ot
 ``<host>-<pid>-<process start ticks>.json``, so a reused pid never overwrites a live record.
 
 Safety: directories are created 0700 and must be owned by this user, not be symlinks and not be writable by
-others; files are written through directory file descriptors with ``O_NOFOLLOW|O_EXCL`` to a temporary name,
-then renamed (atomic for readers). Only the standard library is imported.
+others; files are written through directory file descriptors with ``O_NOFOLLOW|O_EXCL`` to a temporary name of
+their own, then renamed (atomic for readers). Only the standard library is imported.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import stat
@@ -23,6 +24,7 @@ logger = logging.getLogger("verl_ascend_ext")
 
 DIR_ENV = "VERL_ASCEND_EXT_STATUS_DIR"
 SUFFIX = ".json"
+_writes = itertools.count()  # numbers each write's temporary file (next() is atomic: also from a signal handler)
 
 
 class UnsafeDirectoryError(OSError):
@@ -50,7 +52,9 @@ def _check_dir(fd: int, path: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeDirectoryError(f"{path} is not a directory")
     if st.st_uid != os.geteuid():
-        raise UnsafeDirectoryError(f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})")
+        raise UnsafeDirectoryError(f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}). Fix: "
+                                   f"run as uid {st.st_uid}, the user whose processes record there, or use a "
+                                   f"directory this user owns ({DIR_ENV} for a job, --dir for `verl-ascend status`)")
     if st.st_mode & 0o022:
         raise UnsafeDirectoryError(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
                                    "use a private directory (chmod 700)")
@@ -85,8 +89,11 @@ def open_base(base: str, create: bool = True) -> int:
 
 
 def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
-    """Write ``name`` inside ``dir_fd`` atomically: a fresh temporary file (no symlink followed), then rename."""
-    tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    """Write ``name`` inside ``dir_fd`` atomically: a fresh temporary file (no symlink followed), then rename.
+
+    Each call has a temporary name of its own (process, thread, and a counter), so that a write a signal handler
+    makes while this thread is inside another one does not collide with it."""
+    tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{next(_writes)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as f:
