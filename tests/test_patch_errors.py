@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import linecache
+import os
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 from verl_ascend_ext.features.checkpoint import patch_code
 from verl_ascend_ext.features.checkpoint.export_check import ExportCheckError
+from verl_ascend_ext.patching import replacement as replacement_module
 from verl_ascend_ext.patching import status
 from verl_ascend_ext.patching.replacement import build, reported
 
@@ -93,11 +95,22 @@ def test_nothing_is_reported_before_a_recorder_listens(escaped) -> None:
     assert seen == ["boot"]
 
 
-def test_cancellation_of_an_async_replacement_is_no_error(escaped) -> None:
+@pytest.fixture
+def this_file_is_ours(monkeypatch) -> None:
+    """Count this test module as the package's code (``replacement.ours`` reads ``PACKAGE_DIR`` per call), so that
+    patch code defined here is "ours" and an exception raised in it is one the engine must report."""
+    monkeypatch.setattr(replacement_module, "PACKAGE_DIR", os.path.dirname(os.path.abspath(__file__)) + os.sep)
+
+
+def run_cancelled_or_failing(fail: bool) -> None:
+    """An async replacement whose patch code (ours) awaits: cancelled while it waits, or raising after the wait."""
     async def update_weights(self: Any) -> None:
-        await asyncio.sleep(10)
+        return None
 
     async def impl(original: Any, self: Any) -> Any:
+        await asyncio.sleep(0 if fail else 10)
+        if fail:
+            raise RuntimeError("barrier broken")
         return await original(self)
 
     replacement = build(impl, update_weights, "weight-sync-kv-barrier", (), traced=False)
@@ -105,24 +118,37 @@ def test_cancellation_of_an_async_replacement_is_no_error(escaped) -> None:
     async def main() -> None:
         task = asyncio.ensure_future(replacement(object()))
         await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        if not fail:
+            task.cancel()
+        with pytest.raises(RuntimeError if fail else asyncio.CancelledError):
             await task
 
     asyncio.run(main())
+
+
+def test_cancellation_of_an_async_replacement_is_no_error(escaped, this_file_is_ours) -> None:
+    """Cancelled inside our own patch code: not reported; the same code raising is (the test can tell the two)."""
+    run_cancelled_or_failing(fail=False)
     assert escaped == []
+    run_cancelled_or_failing(fail=True)
+    ((by, err, where),) = escaped
+    assert (by, type(err)) == ("weight-sync-kv-barrier", RuntimeError)
+    assert line_of(where) == 'raise RuntimeError("barrier broken")', where
 
 
-def test_a_staticmethod_records_function_reports_its_own_errors(escaped) -> None:
-    """The spawn entry point is installed as it is (pickled by reference): ``reported`` gives it the same path."""
+def test_a_staticmethod_records_function_reports_its_own_errors(escaped, this_file_is_ours) -> None:
+    """The spawn entry point is installed as it is (pickled by reference): ``reported`` gives it the same path as a
+    replacement the engine builds: an exception of ours escaping it is reported under its record at the raise."""
 
     @reported("glm52-vllm-engine-core-entry")
     def entry() -> None:
         raise RuntimeError("entry failed")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="entry failed") as raised:
         entry()
-    assert escaped == []  # defined in this test, not in the package: not ours
+    ((by, err, where),) = escaped
+    assert (by, err) == ("glm52-vllm-engine-core-entry", raised.value)
+    assert line_of(where) == 'raise RuntimeError("entry failed")', where
     from verl_ascend_ext.features.glm52.vllm import patch_code as vllm_patch_code
 
     assert getattr(vllm_patch_code.run_engine_core, "_verl_ascend_ext_reported_by", None) == \

@@ -44,8 +44,8 @@ HOW_TO_SKIP = "To replay such routes anyway: VERL_ASCEND_EXT_ROUTE_CHECK=0, or V
 
 
 @cache
-def scenario(case: str, env: tuple[tuple[str, str], ...] = ()) -> dict:
-    proc = run_command([sys.executable, SCENARIO, "--case", case], dict(env), check=False)
+def scenario(case: str, env: tuple[tuple[str, str], ...] = (), args: tuple[str, ...] = ()) -> dict:
+    proc = run_command([sys.executable, SCENARIO, "--case", case, *args], dict(env), check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return last_json(proc.stdout)
 
@@ -65,6 +65,16 @@ def test_good_routes_pass_and_the_logged_agreement_is_the_routes_own() -> None:
     # once per update; the tool tail of sample 1 and the padding sample 3 pass (no false positive)
     assert out["acts"] == {"r3-route-check": 4, "r3-route-agreement": 2, "r3-route-agreement-metric": 1}
     assert out["stood_down"] == {i: [] for i in IDS}
+
+
+def test_uint8_routes_of_a_256_expert_model_pass_as_verl_090_packs_them() -> None:
+    """verl 0.9.0 hands the routes over as uint8; against 256 experts (GLM-5.2's) a uint8 comparison with 256 wraps
+    to 0 and would call every route out of range: the check widens the ids first, on verl's real replay path."""
+    out = scenario("good", (), ("--experts", "256", "--route-dtype", "uint8"))
+    assert out["route_dtype"] == "torch.uint8" and "error" not in out, out.get("error")
+    assert out["metrics"][METRIC] == pytest.approx(sum(out["expected"]) / len(out["expected"]), abs=1e-12)
+    assert out["acts"]["r3-route-check"] == 4  # every micro-batch checked, none stood down
+    assert out["stood_down"]["r3-route-check"] == []
 
 
 def test_all_zero_routes_stop_naming_sample_layer_cause_and_fix() -> None:

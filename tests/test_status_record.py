@@ -70,9 +70,10 @@ def test_a_booted_process_records_itself_and_updates_on_import(tmp_path: Path) -
     assert not [p for p in base.rglob(".*.tmp")]
 
 
-def test_an_eager_replacement_records_its_first_run_once_and_an_acting_one_each_act(tmp_path: Path) -> None:
-    """applied -> exercised on the first call of an eager replacement: one record write, none on later calls. An
-    ``acts_when`` replacement writes each time it acts (a sync, a save: never per token) and counts the acts."""
+def test_runs_and_acts_are_counted_in_memory_and_reach_the_record_at_a_flush(tmp_path: Path) -> None:
+    """An eager replacement's first run and an ``acts_when`` replacement's acts write nothing on the caller's thread
+    (the hot path); they are counted, and the next write (``recorder.flush``, the flusher thread, a status change,
+    the end) carries them: the first run once, every act counted."""
     code = """
     import json, os
     import verl_ascend_ext
@@ -80,29 +81,30 @@ def test_an_eager_replacement_records_its_first_run_once_and_an_acting_one_each_
     verl_ascend_ext.activate()
     import verl.utils.checkpoint.megatron_checkpoint_manager as manager  # checkpoint-config-whole (eager)
     import verl.trainer.constants_ppo as constants  # ray-runtime-env-gates (acts when there are variables to carry)
+    recorder.FLUSH_EVERY = 3600.0  # no flusher write during this test: only the flush below
     writes = []
     write_atomic = store.write_atomic
     store.write_atomic = lambda *a: (writes.append(a[1]), write_atomic(*a))[1]
     path = recorder.record_path()
     applied = json.load(open(path))["patches"]
-    manager._to_json_safe_config_dict({"a": 1})
-    after_first = len(writes)
-    for _ in range(3):
+    for _ in range(4):
         manager._to_json_safe_config_dict({"a": 1})
-    eager = len(writes)
     for _ in range(3):
         constants.get_ppo_ray_runtime_env()  # VERL_ASCEND_EXT_STATUS_DIR is set: something to carry
-    print(json.dumps({"applied": applied, "ran": json.load(open(path))["patches"], "after_first": after_first,
-                      "after_more": eager, "after_acts": len(writes)}))
+    before_flush = len(writes)
+    recorder.flush()
+    flushed = len(writes)
+    recorder.flush()  # nothing counted since: nothing written
+    print(json.dumps({"applied": applied, "ran": json.load(open(path))["patches"], "before_flush": before_flush,
+                      "flushed": flushed, "again": len(writes)}))
     """
     out = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}).stdout)
     whole, gates_patch = "checkpoint-config-whole", "ray-runtime-env-gates"
     assert out["applied"][whole] == {**out["applied"][whole], "status": "applied", "observed": "eager",
                                      "exercised": False, "acts": None}
+    assert (out["before_flush"], out["flushed"], out["again"]) == (0, 1, 1)  # one write, by the flush
     assert out["ran"][whole]["exercised"] is True
-    assert (out["after_first"], out["after_more"]) == (1, 1)  # written on the first call only
     assert out["ran"][gates_patch] == {**out["ran"][gates_patch], "observed": "acts", "exercised": True, "acts": 3}
-    assert out["after_acts"] == 1 + 3  # one write per act
     assert out["ran"]["glm52-ascend-rmsnorm-add-then-norm"]["observed"] == "traced"
     assert out["ran"]["glm52-ascend-rmsnorm-add-then-norm"]["exercised"] is None  # cannot be observed: not guessed
 
@@ -378,6 +380,7 @@ def test_a_foreign_owned_status_directory_is_not_read(tmp_path: Path) -> None:
     os.chown(tmp_path / "session_x", OTHER_UID, OTHER_UID)
     records, notes = read_records(str(tmp_path))
     assert records == [] and "owned by uid 12345" in notes[0]
+    assert "Fix: run as uid 12345" in notes[0] and store.DIR_ENV in notes[0] and "--dir" in notes[0], notes[0]
 
 
 def status_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
@@ -492,6 +495,25 @@ def test_status_of_a_missing_directory_exits_2_naming_it_and_where_a_job_records
     assert run_command([CLI, "status", "--json", "--dir", str(missing)], check=False).returncode == 2
 
 
+def test_status_of_a_directory_without_records_or_refused_exits_2_naming_why_and_the_fix(tmp_path: Path) -> None:
+    """`status --dir` as a gate: an empty directory, or one the reader refuses (writable by others, as /tmp is), is
+    no "nothing recorded, OK" either."""
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    proc = run_command([CLI, "status", "--dir", str(empty)], check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert f"status directory {empty} holds no process record" in proc.stderr and "check the path" in proc.stderr
+    shared = tmp_path / "shared"
+    write_record(shared, synthetic(1, host="h1", role="driver"))
+    shared.chmod(0o777)
+    proc = run_command([CLI, "status", "--json", "--dir", str(shared)], check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert f"status directory {shared} not read" in proc.stderr and "writable by other users" in proc.stderr
+    assert "Fix: " in proc.stderr and "chmod 700" in proc.stderr
+    shared.chmod(0o700)
+    assert run_command([CLI, "status", "--dir", str(shared)], check=False).returncode == 0
+
+
 def test_the_previous_schemas_records_are_read_and_counted_and_an_unknown_schema_is_named(tmp_path: Path) -> None:
     """A schema-1 record (what verl-ascend-ext wrote before this schema: no ranks, errors, end or stand-downs; a
     reader's ``dead_since``) is read with those fields at their defaults and counted in a note; a record of a schema
@@ -540,3 +562,21 @@ def test_a_ray_worker_that_booted_idle_rewrites_its_record_once_ray_binds_it_an_
     thread = watch_for_actor(lambda: seen.append(current[0]), title=title, interval=0.01)
     thread.join(timeout=5)
     assert not thread.is_alive() and seen == ["ray::MessageQueue.__init__"]
+
+
+def test_stand_downs_of_one_path_from_many_ranks_are_one_line_and_the_lag_is_said() -> None:
+    """Each rank keeps its first detail of a path (a shape, after ``status.DETAIL``); the report merges the ranks by
+    the path's text, so a job of many ranks shows one line per path, and `status` says how late counts may be."""
+    from verl_ascend_ext.patching.status import DETAIL
+
+    def rank(pid: int, shape: str) -> dict:
+        patch = new_patch(status="applied", target="verl.m:f", imported=True, observed="acts", exercised=True,
+                          acts=3, stood_down=[f"no response mask{DETAIL}{shape}", "packed without offsets"])
+        return synthetic(pid, role="ray-worker", actor_class="WorkerDict", patches={"r3-route-check": patch})
+
+    report = aggregate([rank(1, "[2, 7]"), rank(2, "[4, 9]")])
+    (entry,) = report["by_role_exercised"].values()
+    assert entry["r3-route-check"]["stood_down"] == [f"no response mask{DETAIL}[2, 7]", "packed without offsets"]
+    assert report["exercised"]["r3-route-check"]["acts"] == 6
+    report["counts_lag_s"] = recorder.FLUSH_EVERY
+    assert recorder.LAG_NOTE in format_report(report)

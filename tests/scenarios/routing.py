@@ -13,8 +13,10 @@ The rollout's routes: per token and layer, the top-2 of the logits the actor's r
 tokens (a different expert set: disagreement); zero where verl's agent loop leaves zeros (the last token, the dense
 layer, the tool tokens ending sample 1); sample 3 is verl's padding kind (no response token). ``--case`` corrupts
 them: ``zeros`` (every route 0: vllm#49184), ``truncated`` (sample 2's routes stop inside its response),
-``range`` (an expert id past the model's experts). The expected agreement is computed here from the routes and the
-logits, independently of the plugin. Runs in a fresh interpreter so verl's plugin discovery really runs.
+``range`` (an expert id past the model's experts). ``--experts 256 --route-dtype uint8``: a model of GLM-5.2's
+256 experts with its routes packed as verl 0.9.0 packs them (on which a comparison with 256 wraps). The expected
+agreement is computed here from the routes and the logits, independently of the plugin. Runs in a fresh interpreter
+so verl's plugin discovery really runs.
 """
 
 from __future__ import annotations
@@ -50,7 +52,12 @@ PLANTED = {(0, 5, 1), (0, 9, 2), (2, 4, 1), (1, 2, 2), (2, 7, 2)}
 UIDS = ["uid-a", "uid-a", "uid-b", "uid-b"]
 
 
-def rollout(case: str) -> dict:
+def set_experts(experts: int) -> None:
+    global EXPERTS
+    EXPERTS = experts
+
+
+def rollout(case: str, route_dtype: torch.dtype = torch.int64) -> dict:
     """The rollout's batch (verl's padded layout) and the logits each token meets in each layer."""
     gen = torch.Generator().manual_seed(0)
     batch, width = len(PROMPT_LENS), PROMPT + RESPONSE
@@ -78,7 +85,8 @@ def rollout(case: str) -> dict:
         routes[2, PROMPT + 5:] = 0  # sample 2's routes stop at its 6th response token
     elif case == "range":
         routes[0, PROMPT - PROMPT_LENS[0] + 3, 2, 0] = EXPERTS
-    return {"attention": attention, "response_mask": response_mask, "routes": routes, "logits": logits}
+    return {"attention": attention, "response_mask": response_mask, "routes": routes.to(route_dtype),
+            "logits": logits}
 
 
 def expected_agreement(data: dict) -> list[float]:
@@ -101,7 +109,12 @@ def expected_agreement(data: dict) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", default="good", choices=["good", "zeros", "truncated", "range"])
-    case = parser.parse_args().case
+    parser.add_argument("--experts", type=int, default=EXPERTS, help="the model's experts (GLM-5.2: 256)")
+    parser.add_argument("--route-dtype", default="int64", choices=["int64", "uint8"],
+                        help="the dtype of the rollout's routes (verl 0.9.0's agent loop packs them as uint8)")
+    args = parser.parse_args()
+    case = args.case
+    set_experts(args.experts)
 
     dist.init_process_group("gloo", rank=0, world_size=1)
     from megatron.core import parallel_state as mpu
@@ -135,7 +148,7 @@ def main() -> None:
         router.set_layer_number(layer_number)
         model.decoder.append(router)
 
-    data = rollout(case)
+    data = rollout(case, getattr(torch, args.route_dtype))
     proto = DataProto.from_dict(
         tensors={"input_ids": torch.randint(3, 50, data["attention"].shape), "attention_mask": data["attention"],
                  "response_mask": data["response_mask"],
@@ -166,7 +179,7 @@ def main() -> None:
         patch.RouterReplay.clear_global_indices()
         patch.RouterReplay.clear_global_router_replay_action()
 
-    out: dict = {"case": case, "verl": verl.__version__}
+    out: dict = {"case": case, "verl": verl.__version__, "route_dtype": str(data["routes"].dtype)}
     routed: list[torch.Tensor] = []  # every routing map the routers returned: what the MoE layers computed with
     try:
         forward(packed)  # the old-log-prob forward (compute_log_prob)

@@ -1,6 +1,6 @@
-"""The statuses a patch can end in (``Status`` and its named groups) and ``PatchStatus``: what the boot and the
-process records need, apart from the record types (``record``, loaded when a feature declaration or a target's
-hook needs them; it re-exports these).
+"""The statuses a patch can end in (``Status`` and its named groups), how its runs are seen (``Observed``, the
+values the process records carry) and ``PatchStatus``: what the boot and the process records need, apart from the
+record types (``record``, loaded when a feature declaration or a target's hook needs them; it re-exports these).
 """
 
 from __future__ import annotations
@@ -29,6 +29,18 @@ class Status(str, Enum):
     # Static prediction only: the record's gate variable holds a value the gate parser rejects, so whether
     # the patch would run cannot be told (the process would refuse to start; doctor exits 2 naming it).
     UNDECIDED = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Observed(str, Enum):
+    """Whether a process can tell that a record's replacement has run (``status.exercised``)."""
+
+    EAGER = "eager"  # the replacement reports its first call in each process
+    ACTS = "acts"  # it runs on every call but does its work only on some (``acts_when``): it reports those itself
+    TRACED = "traced"  # it can run inside a compiled graph, where nothing reports itself
+    IMPORT = "import"  # an import-action record: applying it is all it does
 
     def __str__(self) -> str:
         return self.value

@@ -19,6 +19,7 @@ from verl_ascend_ext.patching.outcomes import ACTIVE as ACTIVE  # the statuses: 
 from verl_ascend_ext.patching.outcomes import DONE as DONE
 from verl_ascend_ext.patching.outcomes import NEEDS_ATTENTION as NEEDS_ATTENTION
 from verl_ascend_ext.patching.outcomes import OFF as OFF
+from verl_ascend_ext.patching.outcomes import Observed as Observed
 from verl_ascend_ext.patching.outcomes import PatchStatus as PatchStatus
 from verl_ascend_ext.patching.outcomes import Status as Status
 
@@ -29,18 +30,6 @@ class Action(str, Enum):
     WRAP = "wrap"
     IMPORT = "import"
     STATICMETHOD = "staticmethod"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Observed(str, Enum):
-    """Whether a process can tell that a record's replacement has run (``status.exercised``)."""
-
-    EAGER = "eager"  # the replacement reports its first call in each process
-    ACTS = "acts"  # it runs on every call but does its work only on some (``acts_when``): it reports those itself
-    TRACED = "traced"  # it can run inside a compiled graph, where nothing reports itself
-    IMPORT = "import"  # an import-action record: applying it is all it does
 
     def __str__(self) -> str:
         return self.value

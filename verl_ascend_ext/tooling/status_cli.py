@@ -13,10 +13,13 @@ import sys
 from collections import Counter
 from typing import Any
 
+from verl_ascend_ext.patching.outcomes import Status
 from verl_ascend_ext.runtime.records.outcome import FAILED, format_outcome
 from verl_ascend_ext.runtime.records.reader import collect
+from verl_ascend_ext.runtime.records.recorder import FLUSH_EVERY, LAG_NOTE
 from verl_ascend_ext.runtime.records.report import aggregate, merge
-from verl_ascend_ext.runtime.records.store import DIR_ENV, base_dir
+from verl_ascend_ext.runtime.records.report import replacement as ran
+from verl_ascend_ext.runtime.records.store import DIR_ENV, base_dir, open_base
 from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
 
@@ -47,15 +50,31 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     else:
         node_problems = []
         records, notes = collect(base)
+        if directory is not None and not records:  # asked for this directory: nothing read is no "OK"
+            print(f"verl-ascend status: error: {_nothing_read(directory, notes)}", file=sys.stderr)
+            return 2
     report = aggregate(records, notes)
     report["selftest"] = selftest_store.report_section(base=base)  # this host's status dir; never the exit code
     report["declared_by"] = _declared_by(report)
     report["acts_when"] = _acts_when(report)
+    report["counts_lag_s"] = FLUSH_EVERY
     if node_problems:
         report["problems"] = node_problems + report["problems"]
         report["exit_code"] = 1
     print(json.dumps(report, indent=2) if as_json else format_report(report))
     return report["exit_code"]
+
+
+def _nothing_read(directory: str, notes: list[str]) -> str:
+    """Why ``--dir DIRECTORY`` gave no record, and the fix: the reader refused the directory, or it holds none."""
+    try:
+        os.close(open_base(directory, create=False))
+    except OSError as err:
+        return (f"status directory {directory} not read: {err}. Fix: pass the job's {DIR_ENV}, a directory only "
+                f"this user can write (chmod 700), or leave out --dir ({base_dir()} here)")
+    said = f" ({'; '.join(notes)})" if notes else ""
+    return (f"status directory {directory} holds no process record{said}. A job's processes record into {DIR_ENV} "
+            f"as set in its driver's environment, else {base_dir({})}: check the path, or leave out --dir")
 
 
 def _prune(base: str) -> int:
@@ -69,21 +88,7 @@ def _prune(base: str) -> int:
     return 0
 
 
-ACTS = "acts"  # record.Observed.ACTS: counted only where the replacement did its work
-PENDING = "pending"  # record.Status.PENDING: the target module was never imported in that process
-NOT_OBSERVABLE = {"traced": "not observable inside compiled code", "import": "n/a (import-time patch)"}
-
-
-def ran(entry: dict[str, Any] | None) -> str:
-    """'ran in 2 of 2' for an eager patch applied in 2 processes ('acted in' for one that acts only on some calls,
-    ``PatchRecord.acts_when``), why that cannot be told, or '-' (not applied)."""
-    if not entry:
-        return "-"
-    if entry["observed"] in NOT_OBSERVABLE:
-        return NOT_OBSERVABLE[entry["observed"]]
-    if entry["observed"] == ACTS:
-        return f"acted in {entry['ran']} of {entry['applied']}" + (f" ({entry['acts']} times)" if entry["acts"] else "")
-    return f"ran in {entry['ran']} of {entry['applied']}"
+PENDING = Status.PENDING.value  # the target module was never imported in that process
 
 
 def _declared_by(report: dict[str, Any]) -> dict[str, str]:
@@ -128,7 +133,7 @@ def format_report(report: dict[str, Any]) -> str:
             "the job has ended: its processes' last records"
         exercised = report.get("exercised", {})
         declared = report.get("declared_by", {})
-        out += ["", f"Per patch ({whose}; idle Ray workers not counted)"]
+        out += ["", f"Per patch ({whose}; idle Ray workers not counted)", f"  {LAG_NOTE}"]
         out.append(table([[pid, declared.get(pid, ""), " ".join(f"{s}:{n}" for s, n in c.items()),
                            ran(exercised.get(pid))] for pid, c in report["summary"].items()],
                          ["patch", "declared by", "statuses", "replacement"]))

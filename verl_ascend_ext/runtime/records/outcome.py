@@ -112,10 +112,16 @@ def _died_first(records: list[dict[str, Any]], chain: list[dict[str, Any]]) -> t
     return None
 
 
+def newest_driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's driver: of the driver records, the one started last (alive or not); None without one. Every reader
+    of the records (the outcome, the settings reference of ``report``, ``compare``'s status side) takes this one."""
+    drivers = [r for r in records if r.get("role") == DRIVER]
+    return max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
+
+
 def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The job's outcome from every record of its status directory (see the module's docstring)."""
-    drivers = [r for r in records if r.get("role") == DRIVER]
-    driver = max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
+    driver = newest_driver(records)
     events = sorted(((ev, rec) for rec in records for ev in failure_events(rec)),
                     key=lambda pair: pair[0]["at"] or 0.0)
     if driver is None:

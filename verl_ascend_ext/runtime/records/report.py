@@ -36,12 +36,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl_ascend_ext.patching.gates import DISABLE_ENV
-from verl_ascend_ext.patching.record import DONE, OFF, Observed, Status
-from verl_ascend_ext.runtime.records.outcome import FAILED, end_of, label, outcome
-from verl_ascend_ext.runtime.records.schema import DRIVER, RAY_WORKER
+from verl_ascend_ext.patching.record import DONE, OFF, Status
+from verl_ascend_ext.patching.status import DETAIL
+from verl_ascend_ext.runtime.records.outcome import FAILED, end_of, label, newest_driver, outcome
+from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, IMPORT, RAY_WORKER, TRACED
 
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
 VLLM_ENTRY_POINT = "verl_ascend_ext"
+NOT_OBSERVABLE = {TRACED: "not observable inside compiled code", IMPORT: "n/a (import-time patch)"}
 
 
 def _key(rec: dict[str, Any]) -> tuple[str, int, Any]:
@@ -87,26 +89,48 @@ def _exercised(counted: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
         for pid, p in (rec.get("patches") or {}).items():
             if p.get("status") != Status.APPLIED:
                 continue
-            observed = p.get("observed", Observed.EAGER.value)
+            observed = p.get("observed", EAGER)
             for entry in (per_patch.setdefault(pid, _tally(observed)),
                           per_role[role_of(rec)].setdefault(pid, _tally(observed))):
                 entry["applied"] += 1
                 entry["ran"] += bool(p.get("exercised"))
-                if observed == Observed.ACTS.value:
+                if observed == ACTS:
                     entry["acts"] += int(p.get("acts") or 0)
-                entry["stood_down"] = sorted({*entry["stood_down"], *(p.get("stood_down") or [])})
+                entry["stood_down"] = _merged_paths(entry["stood_down"], p.get("stood_down") or [])
     return (dict(sorted(per_patch.items())),
             {role: dict(sorted(per.items())) for role, per in sorted(per_role.items())})
 
 
+def _merged_paths(known: list[str], more: list[str]) -> list[str]:
+    """Stand-down paths of several processes, one per path text (``status.DETAIL`` parts a path from its detail,
+    which differs by process: the first one seen is kept)."""
+    by_path = {path.partition(DETAIL)[0]: path for path in reversed([*known, *more])}
+    return [by_path[key] for key in sorted(by_path)]
+
+
 def _tally(observed: str) -> dict[str, Any]:
     return {"observed": observed, "applied": 0, "ran": 0, "stood_down": [],
-            **({"acts": 0} if observed == Observed.ACTS.value else {})}
+            **({"acts": 0} if observed == ACTS else {})}
 
 
-def _driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    drivers = [r for r in records if r.get("role") == DRIVER and active(r)]
-    return max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
+def _live_driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's driver (``outcome.newest_driver``) while it is alive: the settings reference of live processes."""
+    driver = newest_driver(records)
+    return driver if driver is not None and active(driver) else None
+
+
+def replacement(entry: dict[str, Any] | None, times: bool = True) -> str:
+    """One patch's ``_exercised`` entry as one line: 'ran in 2 of 2' for an eager patch applied in 2 processes,
+    'acted in 1 of 2 (40 times)' for one that acts only on some calls (``PatchRecord.acts_when``; ``times``: with
+    how often), why that cannot be told, or '-' (not applied). `status` and `compare` print the same line."""
+    if not entry:
+        return "-"
+    if entry["observed"] in NOT_OBSERVABLE:
+        return NOT_OBSERVABLE[entry["observed"]]
+    if entry["observed"] == ACTS:
+        return f"acted in {entry['ran']} of {entry['applied']}" + (
+            f" ({entry['acts']} times)" if times and entry["acts"] else "")
+    return f"ran in {entry['ran']} of {entry['applied']}"
 
 
 def _settings(rec: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +172,7 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
     problems: list[str] = []
     for rec in live:
         problems += _patch_problems(rec)
-    driver = _driver(live)
+    driver = _live_driver(live)
     if live:
         if driver is not None:
             reference, ref_name = _settings(driver), f"driver {who(driver)}"

@@ -10,12 +10,15 @@ Schema 1 (verl-ascend-ext up to 2026-12-03) grew without a bump: its records may
 ``ip``, ``actor_id``, ``errors`` and ``ended``, and carry ``dead_since`` (written by readers, which no longer
 write). Schema 2 adds, per patch, ``acts`` (how often an ``acts_when`` record acted) and ``stood_down`` (the paths
 on which its replacement ran without doing its work).
-Only the standard library is imported: every process loads this module at boot.
+Only the standard library and ``patching.outcomes`` (itself standard library only) are imported: every process
+loads this module at boot.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from verl_ascend_ext.patching.outcomes import Observed
 
 SCHEMA = 2
 PREVIOUS = 1  # the schema ``upgrade`` reads
@@ -29,8 +32,9 @@ ROLES = (DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER)
 EXIT, EXCEPTION, SIGNAL = "exit", "exception", "signal"
 ENDINGS = (EXIT, EXCEPTION, SIGNAL)
 
-# How a patch's runs are seen (``patches[id]["observed"]``; ``patching.record.Observed``'s values).
-EAGER, ACTS, TRACED, IMPORT = "eager", "acts", "traced", "import"
+# How a patch's runs are seen (``patches[id]["observed"]``): ``patching.outcomes.Observed``'s values, named there.
+EAGER, ACTS, TRACED, IMPORT = (Observed.EAGER.value, Observed.ACTS.value, Observed.TRACED.value,
+                               Observed.IMPORT.value)
 
 LOCAL_NAMESPACE = "local"  # every process that is not a Ray worker (a Ray worker's namespace: its session)
 

@@ -9,26 +9,28 @@ the log must be among the directory's driver records.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from verl_ascend_ext.patching.outcomes import Status
+from verl_ascend_ext.runtime.records.outcome import newest_driver
 from verl_ascend_ext.runtime.records.reader import collect
-from verl_ascend_ext.runtime.records.report import idle, role_of
-from verl_ascend_ext.runtime.records.schema import DRIVER
+from verl_ascend_ext.runtime.records.report import aggregate, idle, replacement
+from verl_ascend_ext.runtime.records.schema import ACTS, DRIVER, EAGER
 from verl_ascend_ext.tooling.compare.runs import Run, RunError
 
-ACTS_OR_RAN = {"eager": "ran", "acts": "acted"}
+PENDING = Status.PENDING.value
 
 
 def summary(directory: str | Path, run: Run | None = None) -> dict[str, Any]:
     """Per role and patch, one line of what happened in the job whose records ``directory`` holds (checked against
-    ``run``'s driver when the run's log names it)."""
+    ``run``'s driver when the run's log names it): the counts and the replacement line of ``verl-ascend status``'s
+    per-role table (``records.report``: the same processes counted, the same rule), without how often a patch
+    acted (that differs run to run)."""
     if not Path(directory).is_dir():
         raise RunError(f"status directory {directory}: no such directory (the job's VERL_ASCEND_EXT_STATUS_DIR)")
     records, _ = collect(str(directory))
-    records = [r for r in records if not idle(r)]
-    if not records:
+    if not [r for r in records if not idle(r)]:
         raise RunError(f"status directory {directory}: no process record in it; pass the job's "
                        "VERL_ASCEND_EXT_STATUS_DIR")
     drivers = [r for r in records if r.get("role") == DRIVER]
@@ -38,32 +40,25 @@ def summary(directory: str | Path, run: Run | None = None) -> dict[str, Any]:
             raise RunError(f"status directory {directory} holds another job's records: its driver(s) pid "
                            f"{', '.join(map(str, sorted(pids))) or 'none'}, while {run.path} was written by a driver "
                            f"with pid {', '.join(map(str, run.driver_pids))}. Pass the status directory of that job.")
-    per_role: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(
-        lambda: {"statuses": Counter(), "applied": 0, "acted": 0, "observed": "", "stood_down": set()}))
-    for rec in records:
-        for pid, patch in (rec.get("patches") or {}).items():
-            if patch.get("status") == "pending" and not patch.get("imported"):
-                continue  # its module was never imported in that process: nothing to compare
-            entry = per_role[role_of(rec)][pid]
-            entry["statuses"][patch.get("status")] += 1
-            entry["observed"] = patch.get("observed", "eager")
-            if patch.get("status") == "applied":
-                entry["applied"] += 1
-                entry["acted"] += bool(patch.get("exercised"))
-            entry["stood_down"].update(patch.get("stood_down") or [])
-    driver = max(drivers, key=lambda r: r.get("started", 0)) if drivers else {}
+    report = aggregate(records)
+    driver = newest_driver(records) or {}
+    roles: dict[str, dict[str, str]] = {}
+    for role, patches in sorted(report["by_role"].items()):
+        exercised = report["by_role_exercised"].get(role, {})
+        lines = {pid: _line(statuses, exercised.get(pid)) for pid, statuses in sorted(patches.items())
+                 if set(statuses) != {PENDING}}  # only pending: its module never imported there
+        if lines:
+            roles[role] = lines
     return {"driver": {"host": driver.get("host"), "pid": driver.get("pid"), "versions": driver.get("versions")},
-            "roles": {role: {pid: _line(entry) for pid, entry in sorted(patches.items())}
-                      for role, patches in sorted(per_role.items())}}
+            "roles": roles}
 
 
-def _line(entry: dict[str, Any]) -> str:
-    parts = [" ".join(f"{status}:{count}" for status, count in sorted(entry["statuses"].items()))]
-    verb = ACTS_OR_RAN.get(entry["observed"])
-    if entry["applied"] and verb:
-        parts.append(f"{verb} in {entry['acted']} of {entry['applied']}")
-    if entry["stood_down"]:
-        parts.append("stood down: " + "; ".join(sorted(entry["stood_down"])))
+def _line(statuses: dict[str, int], exercised: dict[str, Any] | None) -> str:
+    parts = [" ".join(f"{status}:{count}" for status, count in sorted(statuses.items()))]
+    if exercised and exercised["applied"] and exercised["observed"] in (EAGER, ACTS):
+        parts.append(replacement(exercised, times=False))
+    if exercised and exercised["stood_down"]:
+        parts.append("stood down: " + "; ".join(exercised["stood_down"]))
     return ", ".join(parts)
 
 

