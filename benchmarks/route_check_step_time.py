@@ -6,7 +6,10 @@ runs with ``VERL_ASCEND_EXT_ROUTE_CHECK`` on and off, alternating (on, off, on, 
 steps, no checkpoint but verl's last. Per job the steps between the first (warm-up: compile caches, allocator) and
 the last (its save) give verl's own ``timing_s/step`` and ``timing_s/update_actor``; the medians over all such
 steps of each side and their ratio (on / off) are printed (goal: <= 1.01), with how often the check acted (its
-records: it must act in every "on" job and never in an "off" one, or the ratio measures nothing).
+records: it must act in every "on" job and never in an "off" one, or the ratio measures nothing). Step times of a
+CPU job spread by several per cent, more than the goal: so the check's own cost is printed too, measured in process
+on a micro-batch of the job's size (``check_micro_batch``: one sample of 200 tokens, 2 MoE layers of 4 experts,
+top 2), with what it adds to a median step at the acts a step counted.
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
     $ENGINE_PY benchmarks/route_check_step_time.py [--pairs 2] [--steps 5] [--workdir DIR]
@@ -18,6 +21,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +40,21 @@ def acts(job: object) -> int:
     return sum(int((rec.get("patches") or {}).get(CHECK, {}).get("acts") or 0) for rec in job.records())
 
 
+def check_cost(calls: int = 500) -> float:
+    """Seconds one ``check_micro_batch`` takes on a micro-batch of the MoE job's size (the route check's work)."""
+    from test_routing import batch, routed
+
+    from verl_ascend_ext.features.routing.routes import RouterShape, check_micro_batch
+
+    shape, args = RouterShape(num_experts=4, topk=2, num_layers=2), batch([routed(200, experts=4)], [150])
+    for _ in range(20):
+        check_micro_batch(*args, shape, ["a"])
+    started = time.perf_counter()
+    for _ in range(calls):
+        check_micro_batch(*args, shape, ["a"])
+    return (time.perf_counter() - started) / calls
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2, help="on/off pairs of jobs (default 2)")
@@ -45,6 +64,7 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="route-check-bench-"))
     base = replace(JOBS["moe"], faults={}, planned=None, steps=args.steps, save_every=args.steps)
     times: dict[str, dict[str, list[float]]] = {side: {t: [] for t in TIMINGS} for side in ("on", "off")}
+    acts_per_step: list[float] = []
     for pair in range(args.pairs):
         for side in ("on", "off"):
             spec = replace(base, name=f"moe-check-{side}-{pair}", faults={GATE: "1" if side == "on" else "0"})
@@ -53,6 +73,8 @@ def main() -> int:
             for timing in TIMINGS:
                 times[side][timing] += [job.metrics[s][timing] for s in steps]
             acted = acts(job)
+            if side == "on":
+                acts_per_step.append(acted / len(job.metrics))
             step_times = [round(job.metrics[s]["timing_s/step"], 2) for s in steps]
             print(f"{spec.name}: exit {job.returncode}, wall {job.wall:.0f} s, steps timed {steps}, "
                   f"{CHECK} acted {acted} times, timing_s/step {step_times}", flush=True)
@@ -64,6 +86,10 @@ def main() -> int:
         on, off = statistics.median(times["on"][timing]), statistics.median(times["off"][timing])
         print(f"{timing}: median on {on:.3f} s, off {off:.3f} s, ratio on/off {on / off:.3f} "
               f"({len(times['on'][timing])} steps a side)")
+    cost, per_step = check_cost(), statistics.median(acts_per_step)
+    step = statistics.median(times["on"]["timing_s/step"])
+    print(f"the check itself: {cost * 1e3:.3f} ms per micro-batch; {per_step:.0f} acts a step: "
+          f"{cost * per_step * 1e3:.1f} ms of a {step:.2f} s step (ratio {1 + cost * per_step / step:.4f})")
     print(f"jobs kept in {workdir}")
     return 0
 

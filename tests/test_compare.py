@@ -301,3 +301,24 @@ def test_the_noise_across_gaps_uses_evenly_spaced_steps_only_and_says_so() -> No
         "noise unknown (baseline 3 step(s) with 2 missing in between, 1 second difference(s); run 3 step(s) with 2 "
         "missing in between, 1 second difference(s); second differences over evenly spaced steps only, a triple "
         "across an uneven gap skipped; it needs 2): the bound alone decides")
+
+
+def test_a_stand_down_path_compares_by_its_text_not_the_first_calls_detail(tmp_path: Path) -> None:
+    """Two jobs stood down on the same path with different first micro-batch shapes (``status.DETAIL``): no
+    difference; a path only one job took: one, named."""
+    from verl_ascend_ext.patching.status import DETAIL
+    from verl_ascend_ext.tooling.compare.status_side import differences, summary
+
+    def job(base: Path, paths: list[str]) -> dict[str, Any]:
+        check = new_patch(status="applied", target="verl.m:f", imported=True, observed="acts", exercised=True,
+                          acts=4, stood_down=paths)
+        write_record(base, record(7, "n1", "driver", alive=False, patches={}), ns="local")
+        write_record(base, record(8, "n1", "ray-worker", actor_class="WorkerDict", alive=False,
+                                  patches={"r3-route-check": check}), ns="local")
+        return summary(base)
+
+    first = job(tmp_path / "a", [f"no response mask{DETAIL}[2, 7]"])
+    assert differences(first, job(tmp_path / "b", [f"no response mask{DETAIL}[4, 9]"])) == []
+    (row,) = differences(first, job(tmp_path / "c", [f"no response mask{DETAIL}[4, 9]", "packed without offsets"]))
+    assert row["baseline"] == "applied:1, acted in 1 of 1, stood down: no response mask"
+    assert row["run"] == "applied:1, acted in 1 of 1, stood down: no response mask; packed without offsets"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_ascend_ext.patching.outcomes import Status
+from verl_ascend_ext.patching.status import DETAIL
 from verl_ascend_ext.runtime.records.outcome import newest_driver
 from verl_ascend_ext.runtime.records.reader import collect
 from verl_ascend_ext.runtime.records.report import aggregate, idle, replacement
@@ -54,11 +55,12 @@ def summary(directory: str | Path, run: Run | None = None) -> dict[str, Any]:
 
 
 def _line(statuses: dict[str, int], exercised: dict[str, Any] | None) -> str:
+    """A path's detail (a shape of the first call, after ``status.DETAIL``) differs by run: left out."""
     parts = [" ".join(f"{status}:{count}" for status, count in sorted(statuses.items()))]
     if exercised and exercised["applied"] and exercised["observed"] in (EAGER, ACTS):
         parts.append(replacement(exercised, times=False))
     if exercised and exercised["stood_down"]:
-        parts.append("stood down: " + "; ".join(exercised["stood_down"]))
+        parts.append("stood down: " + "; ".join(path.partition(DETAIL)[0] for path in exercised["stood_down"]))
     return ", ".join(parts)
 
 
