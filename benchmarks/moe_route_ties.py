@@ -50,11 +50,7 @@ def measure(isa: str) -> list[str]:
                            pythonpath=f"{ENGINE / 'grpo'}:{ALIAS}", timeout=600)
         found = last_json(proc.stdout)
         with np.load(found["data"]) as data:
-            routes, logits = data["routes"], data["router_logits"]
-            found_differences = [bf16_ties.route_differences(routes[:, layer], logits[:, layer], layer)
-                                 for layer in range(routes.shape[1])]
-            found_differences.append(bf16_ties.token_differences(data["tokens"], data["top"], data["top_logit"],
-                                                                 data["token_logit"], data["scale"]))
+            found_differences = [*bf16_ties.by_layer(data["routes"], data["router_logits"]), bf16_ties.greedy(data)]
     lines = [f"ONEDNN_MAX_CPU_ISA={isa or '(unset)'}: bf16 matmul kernel {matmul_kernel(isa)}; "
              f"vLLM MoE path {found['moe_paths']}"]
     for d in found_differences:

@@ -22,13 +22,17 @@ from records import record, write_record
 from subprocesses import run_command
 
 from verl_ascend_ext.runtime.records.schema import new_patch
-from verl_ascend_ext.tooling.compare.judge import FAIL, MISSING, MOVED, NOISE, OK, judge, noise_of, step_noise
+from verl_ascend_ext.tooling.compare.judge import FAIL, MISSING, MOVED, NOISE, OK, judge, noise_of
 from verl_ascend_ext.tooling.compare.rules import load_rules
 from verl_ascend_ext.tooling.compare.runs import Run, parse_step_line, read_run
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 DRIVER = 4242
 
+
+def step_noise(values: list[float]) -> float | None:
+    """The noise of values logged at consecutive steps."""
+    return noise_of(dict(enumerate(values))).sigma
 
 def write_log(path: Path, *, seed: int, throughput: float = 1000.0, noise: float = 1.0, steps: int = 20,
               reward_offset: float = 0.0, driver: int = DRIVER, wobble: float | None = None) -> Path:

@@ -21,6 +21,7 @@ The bounds (measured figures: ``docs/routing.md``, "Across CPUs"):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +81,16 @@ def route_differences(routes: np.ndarray, logits: np.ndarray, layer: int) -> Dif
         gap = max(float(kth - logits[row, chosen].min()), 0.0)
         gaps.append(gap / float(ulp(np.abs(logits[row]).max())))
     return Differences(f"layer {layer} routes", len(routes), tuple(gaps))
+
+
+def by_layer(routes: np.ndarray, logits: np.ndarray) -> list[Differences]:
+    """``route_differences`` of every layer: routes rows x layers x k, logits rows x layers x experts."""
+    return [route_differences(routes[:, layer], logits[:, layer], layer) for layer in range(routes.shape[1])]
+
+
+def greedy(probe: Mapping[str, np.ndarray]) -> Differences:
+    """``token_differences`` of the probe's saved data (``grpo/moe_vllm_routes.py``'s ``routes.npz``)."""
+    return token_differences(probe["tokens"], probe["top"], probe["top_logit"], probe["token_logit"], probe["scale"])
 
 
 def token_differences(tokens: np.ndarray, top: np.ndarray, top_logit: np.ndarray, token_logit: np.ndarray,

@@ -41,34 +41,25 @@ def routes(tmp_path: Path, **env: str) -> tuple[dict, dict[str, np.ndarray]]:
         return found, dict(data)
 
 
-def route_differences(routes: np.ndarray, data: dict[str, np.ndarray]) -> list[bf16_ties.Differences]:
-    return [bf16_ties.route_differences(routes[:, layer], data["router_logits"][:, layer], layer)
-            for layer in range(routes.shape[1])]
-
-
-def token_differences(data: dict[str, np.ndarray]) -> bf16_ties.Differences:
-    return bf16_ties.token_differences(data["tokens"], data["top"], data["top_logit"], data["token_logit"],
-                                       data["scale"])
-
-
 def test_with_the_capture_the_routes_are_the_experts_the_moe_chose(tmp_path: Path) -> None:
     found, data = routes(tmp_path, MOE_PROBE_FORCE_TORCH_MOE="1")
     assert found["moe_paths"] == ["torch/none"], found  # the fallback ran (its SiLU through the stand-in)
     assert found["rows"] > 100 and found["all_zero_rows_per_layer"] == [0.0, 0.0], found  # exact: ids, not floats
     # every route and greedy token that differs from transformers' is a bf16 near-tie in transformers' own logits,
     # and such differences are rare (bf16_ties.py: the bound and why)
-    differences = [*route_differences(data["routes"], data), token_differences(data)]
+    differences = [*bf16_ties.by_layer(data["routes"], data["router_logits"]), bf16_ties.greedy(data)]
     summary = [d.summary() for d in differences]
     assert [p for d in differences for p in d.problems()] == [], (found, summary)
     # the judgement can fail: a capture that hands verl each chosen expert's neighbour is rejected on every layer
     experts = data["router_logits"].shape[-1]
-    mutant = route_differences(bf16_ties.shifted(data["routes"], experts), data)
+    mutant = bf16_ties.by_layer(bf16_ties.shifted(data["routes"], experts), data["router_logits"])
     assert all(d.problems() for d in mutant), [d.summary() for d in mutant]
 
 
 def test_without_the_capture_every_route_is_expert_0_and_nothing_says_so(tmp_path: Path) -> None:
     found, data = routes(tmp_path, MOE_PROBE_VLLM_CAPTURE="0")
     assert found["rows"] > 100 and found["all_zero_rows_per_layer"] == [1.0, 1.0], found
-    assert all(d.problems() for d in route_differences(data["routes"], data)), found  # expert 0 / 0 is no top-2
-    tokens = token_differences(data)
+    layers = bf16_ties.by_layer(data["routes"], data["router_logits"])
+    assert all(d.problems() for d in layers), found  # expert 0 / expert 0 is no top-2
+    tokens = bf16_ties.greedy(data)
     assert tokens.problems() == [], (found, tokens.summary())  # generation itself is right: only the routes are wrong

@@ -13,11 +13,10 @@ import sys
 from collections import Counter
 from typing import Any
 
-from verl_ascend_ext.patching.outcomes import Status
 from verl_ascend_ext.runtime.records.outcome import FAILED, format_outcome
 from verl_ascend_ext.runtime.records.reader import collect
 from verl_ascend_ext.runtime.records.recorder import FLUSH_EVERY, LAG_NOTE
-from verl_ascend_ext.runtime.records.report import aggregate, merge
+from verl_ascend_ext.runtime.records.report import aggregate, merge, only_pending
 from verl_ascend_ext.runtime.records.report import replacement as ran
 from verl_ascend_ext.runtime.records.store import DIR_ENV, base_dir, open_base
 from verl_ascend_ext.tooling.selftest import store as selftest_store
@@ -28,9 +27,8 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
          timeout: float = 120.0, prune: bool = False) -> int:
     base = directory or base_dir()
     if directory is not None and not ray and not os.path.isdir(directory):
-        print(f"verl-ascend status: error: no status directory at {directory}. A job's processes record into "
-              f"{DIR_ENV} as set in its driver's environment, else {base_dir({})} (this user's default; now "
-              f"{base_dir()} here); check the path, or leave out --dir", file=sys.stderr)
+        print(f"verl-ascend status: error: no status directory at {directory}. {_where_jobs_record()}",
+              file=sys.stderr)
         return 2
     if prune:
         return _prune(base)
@@ -73,8 +71,12 @@ def _nothing_read(directory: str, notes: list[str]) -> str:
         return (f"status directory {directory} not read: {err}. Fix: pass the job's {DIR_ENV}, a directory only "
                 f"this user can write (chmod 700), or leave out --dir ({base_dir()} here)")
     said = f" ({'; '.join(notes)})" if notes else ""
-    return (f"status directory {directory} holds no process record{said}. A job's processes record into {DIR_ENV} "
-            f"as set in its driver's environment, else {base_dir({})}: check the path, or leave out --dir")
+    return f"status directory {directory} holds no process record{said}. {_where_jobs_record()}"
+
+
+def _where_jobs_record() -> str:
+    return (f"A job's processes record into {DIR_ENV} as set in its driver's environment, else {base_dir({})} (this "
+            f"user's default; now {base_dir()} here); check the path, or leave out --dir")
 
 
 def _prune(base: str) -> int:
@@ -86,9 +88,6 @@ def _prune(base: str) -> int:
     print(f"verl-ascend status --prune: removed {len(removed)} record(s) of dead processes of this host last written "
           f"more than {keep:g} s ago ({KEEP_ENV}) from {base}")
     return 0
-
-
-PENDING = Status.PENDING.value  # the target module was never imported in that process
 
 
 def _declared_by(report: dict[str, Any]) -> dict[str, str]:
@@ -140,8 +139,8 @@ def format_report(report: dict[str, Any]) -> str:
         by_role_exercised = report.get("by_role_exercised", {})
         role_rows = [[role, pid, " ".join(f"{s}:{n}" for s, n in c.items()),
                       ran(by_role_exercised.get(role, {}).get(pid))]
-                     for role, per in report["by_role"].items() for pid, c in per.items() if set(c) != {PENDING}]
-        hidden = sum(1 for per in report["by_role"].values() for c in per.values() if set(c) == {PENDING})
+                     for role, per in report["by_role"].items() for pid, c in per.items() if not only_pending(c)]
+        hidden = sum(1 for per in report["by_role"].values() for c in per.values() if only_pending(c))
         out += ["", "Per role" + (f" ({hidden} row(s) only pending, their module never imported there, not shown; "
                                   "--json has all)" if hidden else "")]
         out.append(table(role_rows, ["role", "patch", "statuses", "replacement"]))

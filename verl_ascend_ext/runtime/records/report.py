@@ -119,6 +119,12 @@ def _live_driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return driver if driver is not None and active(driver) else None
 
 
+def only_pending(statuses: dict[str, int]) -> bool:
+    """A per-role row whose processes all have the patch pending (its module never imported there): `status` hides
+    it from the table, `compare` from the side by side."""
+    return set(statuses) == {Status.PENDING}
+
+
 def replacement(entry: dict[str, Any] | None, times: bool = True) -> str:
     """One patch's ``_exercised`` entry as one line: 'ran in 2 of 2' for an eager patch applied in 2 processes,
     'acted in 1 of 2 (40 times)' for one that acts only on some calls (``PatchRecord.acts_when``; ``times``: with

@@ -90,11 +90,6 @@ def noise_of(series: dict[int, float]) -> Noise:
     return Noise(sigma, len(steps), gaps, len(second))
 
 
-def step_noise(values: list[float]) -> float | None:
-    """``noise_of`` values logged at consecutive steps."""
-    return noise_of(dict(enumerate(values))).sigma
-
-
 def _noise_sample(rule: Rule, series: dict[int, float], window: dict[int, float]) -> dict[int, float]:
     """The values a run's noise is read from: the window's, or a last-step rule's last ``LAST_STEPS`` steps."""
     return window if rule.window is not None else dict(sorted(series.items())[-LAST_STEPS:])

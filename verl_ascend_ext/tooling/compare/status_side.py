@@ -12,15 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from verl_ascend_ext.patching.outcomes import Status
 from verl_ascend_ext.patching.status import DETAIL
 from verl_ascend_ext.runtime.records.outcome import newest_driver
 from verl_ascend_ext.runtime.records.reader import collect
-from verl_ascend_ext.runtime.records.report import aggregate, idle, replacement
+from verl_ascend_ext.runtime.records.report import aggregate, idle, only_pending, replacement
 from verl_ascend_ext.runtime.records.schema import ACTS, DRIVER, EAGER
 from verl_ascend_ext.tooling.compare.runs import Run, RunError
-
-PENDING = Status.PENDING.value
 
 
 def summary(directory: str | Path, run: Run | None = None) -> dict[str, Any]:
@@ -47,7 +44,7 @@ def summary(directory: str | Path, run: Run | None = None) -> dict[str, Any]:
     for role, patches in sorted(report["by_role"].items()):
         exercised = report["by_role_exercised"].get(role, {})
         lines = {pid: _line(statuses, exercised.get(pid)) for pid, statuses in sorted(patches.items())
-                 if set(statuses) != {PENDING}}  # only pending: its module never imported there
+                 if not only_pending(statuses)}
         if lines:
             roles[role] = lines
     return {"driver": {"host": driver.get("host"), "pid": driver.get("pid"), "versions": driver.get("versions")},
