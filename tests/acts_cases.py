@@ -9,8 +9,10 @@ with real gloo ranks in ``tests/scenarios/weight_sync*.py`` and in the engine ti
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -27,6 +29,7 @@ FSDP2, PADDING, EMPTY = "distill-fsdp2-topk", "padding-teacher-fields", "distill
 RAY_ENV, EXPORT, EXPORT_FSDP = "ray-runtime-env-gates", "checkpoint-export-check", "checkpoint-export-check-fsdp"
 UPSTREAM_BARRIER = "verl_ascend_ext.features.weight_sync.patch_code:bounded_upstream_barrier"  # verl 0.9.1's shape
 ROUTE_CHECK, ROUTE_AGREEMENT, ROUTE_METRIC = "r3-route-check", "r3-route-agreement", "r3-route-agreement-metric"
+WATCH, WATCH_ASYNC, GENERATION = "job-watch", "job-watch-fully-async", "fully-async-generation-fails-closed"
 
 
 async def _update_weights(self: Any) -> None:
@@ -199,6 +202,95 @@ def _metrics_output(worker: Any, data: Any) -> Any:
     return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"loss": [0.5]}})
 
 
+def _watching(lost: bool | None) -> Callable[[Callable[..., Any]], Any]:
+    """The trainer's ``fit`` (``original``: given an event the driver's end sets, it waits for it, at most 2.5 s: two
+    looks of the watch) called in a job whose status directory holds one EngineCore record of this host: a pid that
+    no longer runs (``lost``) or this process's parent (alive); ``lost`` None: no job id set (a process of no job).
+    This process's end (``process_end.exit_now``) is replaced by setting the event."""
+
+    def call(replacement: Callable[..., Any]) -> Any:
+        import json
+        import socket
+        import uuid
+
+        from verl_ascend_ext.features.liveness import patch_code
+        from verl_ascend_ext.runtime.records.schema import new_record
+        from verl_ascend_ext.runtime.records.store import record_name
+
+        job = f"case-{uuid.uuid4().hex[:8]}"
+        with tempfile.TemporaryDirectory() as base:
+            os.chmod(base, 0o700)
+            os.makedirs(os.path.join(base, "local"), mode=0o700)
+            pid = 2**22 + 7 if lost else os.getppid()
+            rec = new_record(host=socket.gethostname(), pid=pid, role="engine-core", job=job, started=1.0,
+                             updated=1.0)
+            with open(os.path.join(base, "local", record_name(rec["host"], pid, None)), "w") as f:
+                f.write(json.dumps(rec))
+            ended = threading.Event()
+            saved = patch_code.process_end.exit_now
+            patch_code.process_end.exit_now = lambda code, error: ended.set()
+            env = {"VERL_ASCEND_EXT_STATUS_DIR": base, **({} if lost is None else {"VERL_ASCEND_EXT_JOB": job})}
+            try:
+                with _package_env(**env):
+                    result = replacement(ended)
+                    if asyncio.iscoroutine(result):
+                        asyncio.run(result)
+            finally:
+                patch_code.process_end.exit_now = saved
+
+    return call
+
+
+async def _fit_async(ended: threading.Event) -> None:
+    """The fully-async trainer's ``fit`` (async): waits for the event, at most 2.5 s."""
+    for _ in range(25):
+        if ended.is_set():
+            return
+        await asyncio.sleep(0.1)
+
+
+class _Rollouter:
+    """verl's ``FullyAsyncRollouter`` as ``fit_fails_closed`` touches it: ``message_queue_client`` (its
+    ``put_sample``) and ``_streaming_generation_main``, which sends the end-of-data sentinel in its ``finally``."""
+
+    def __init__(self, fails: bool, client: bool = True) -> None:
+        self.sent: list[Any] = []
+        self.fails = fails
+        self.message_queue_client = SimpleNamespace(put_sample=self._put) if client else None
+
+    async def _put(self, sample: Any) -> bool:
+        self.sent.append(sample)
+        return True
+
+    async def _streaming_generation_main(self) -> None:
+        try:
+            await self.message_queue_client.put_sample(sample="a sample")
+            if self.fails:
+                raise RuntimeError("engine dead")
+        finally:
+            await self.message_queue_client.put_sample(sample=None)
+
+
+async def _fit(rollouter: _Rollouter) -> None:
+    """verl's ``fit``: the generation gathered with ``return_exceptions=True`` (its exception swallowed)."""
+    await asyncio.gather(rollouter._streaming_generation_main(), return_exceptions=True)
+
+
+def _fitting(fails: bool, client: bool = True) -> Callable[[Callable[..., Any]], Any]:
+    async def call(replacement: Callable[..., Any]) -> None:
+        from verl_ascend_ext.features.liveness.generation import RolloutGenerationFailed
+
+        rollouter = _Rollouter(fails, client)
+        try:
+            await replacement(rollouter)
+        except RolloutGenerationFailed:
+            assert fails and rollouter.sent == ["a sample"], rollouter.sent  # the sentinel held back
+        else:
+            assert not fails and rollouter.sent == (["a sample", None] if client else []), rollouter.sent
+
+    return call
+
+
 CASES = [
     # weight-sync-kv-barrier: a worker with no colocated rollout (fully-async's trainer) calls the original only
     ActsCase(BARRIER, "no colocated rollout", _update_weights, lambda r: r(SimpleNamespace()), acts=False),
@@ -267,4 +359,15 @@ CASES = [
     ActsCase(ROUTE_METRIC, "not R3", _metrics_output, lambda r: _update(_r3_engine("disabled"))(r), acts=False),
     ActsCase(ROUTE_METRIC, "nothing counted", _metrics_output,
              lambda r: _update(_r3_engine(module=_routers(counted=False)))(r), acts=False),
+    # the job watch: a process of the job lost ends the job; alive processes, or no job, do not
+    ActsCase(WATCH, "an EngineCore of the job lost", lambda ended: ended.wait(2.5), _watching(lost=True), acts=True),
+    ActsCase(WATCH, "the job's processes alive", lambda ended: ended.wait(2.5), _watching(lost=False), acts=False),
+    ActsCase(WATCH, "a process of no job", lambda ended: ended.wait(2.5), _watching(lost=None), acts=False),
+    ActsCase(WATCH_ASYNC, "an EngineCore of the job lost", _fit_async, _watching(lost=True), acts=True),
+    ActsCase(WATCH_ASYNC, "the job's processes alive", _fit_async, _watching(lost=False), acts=False),
+    ActsCase(WATCH_ASYNC, "a process of no job", _fit_async, _watching(lost=None), acts=False),
+    # the rollouter's fit: a failed generation fails fit (the sentinel held back); a completed one sends it
+    ActsCase(GENERATION, "the generation raised", _fit, _fitting(fails=True), acts=True),
+    ActsCase(GENERATION, "the generation completed", _fit, _fitting(fails=False), acts=False),
+    ActsCase(GENERATION, "no message queue client", _fit, _fitting(fails=False, client=False), acts=False),
 ]

@@ -71,6 +71,8 @@ def test_rollout_env_is_verls_plus_every_set_gate() -> None:
     rollout = out["rollout_env_vars"]
     verls = {"NCCL_CUMEM_ENABLE": "0", "VLLM_ASCEND_AUTO_DETECT_QUANTIZATION": "0", "TASK_QUEUE_ENABLE": "2"}
     gates = {k: v for k, v in env.items() if k != "VLLM_ASCEND_TASK_QUEUE_ENABLE"}
+    job = rollout.pop("VERL_ASCEND_EXT_JOB")  # the job's id, set by the scenario's process at boot: carried too
+    assert job.endswith(".json"), job
     assert rollout == {**verls, **gates}  # unset gates (e.g. VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES) are absent
 
 

@@ -240,9 +240,9 @@ def test_status_cli_says_the_job_failed_first_and_exits_1(tmp_path: Path, how: s
     ended_by(tmp_path, code)
     proc = run_command([CLI, "status", "--dir", str(tmp_path / "status")], check=False)
     lines = proc.stdout.splitlines()
-    assert proc.returncode == 1 and lines[2] == "Job: FAILED", proc.stdout
-    assert lines[3].startswith("  failed first: driver (host ") and lines[-1] == "JOB FAILED (exit 1)", proc.stdout
-    assert ("ended without a word" if how == "kill" else "exception MemoryError") in lines[3]
+    assert proc.returncode == 1 and lines[1].startswith("  job ") and lines[3] == "Job: FAILED", proc.stdout
+    assert lines[4].startswith("  failed first: driver (host ") and lines[-1] == "JOB FAILED (exit 1)", proc.stdout
+    assert ("ended without a word" if how == "kill" else "exception MemoryError") in lines[4]
     report = json.loads(run_command([CLI, "status", "--json", "--dir", str(tmp_path / "status")], check=False).stdout)
     assert report["outcome"]["state"] == "failed" and report["exit_code"] == 1
 

@@ -55,11 +55,12 @@ def test_gate_set_only_in_the_driver_reaches_workers_on_every_node(cluster, with
     _, workers = cluster
     out = with_hook["driver"]
     assert out["default_env_vars"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
+    assert out["job"] == out["driver_job"] and out["job"].endswith(".json"), out  # the driver's record name
     probes, non_head = by_node(out, workers)
     for p in non_head:  # the raylet of a non-head node never had the gates...
         assert p["raylet"] == {GATE: None, DISABLE: None}
-    for p in probes.values():  # ...yet every worker on every node sees the driver's values
-        assert p["worker"] == {GATE: "0", DISABLE: "padding-teacher-fields"}
+    for p in probes.values():  # ...yet every worker on every node sees the driver's values, and its job
+        assert p["worker"] == {GATE: "0", DISABLE: "padding-teacher-fields"} and p["job"] == out["job"]
         assert p["booted_by"] == ["ray"]  # the runtime env's setup hook booted the plugin in a worker without verl
 
 

@@ -46,7 +46,9 @@ def test_status_ray_lists_every_process_of_a_running_job(cluster, tmp_path: Path
     c, workers = cluster
     status_dir, hold = tmp_path / "status", tmp_path / "hold"
     hold.mkdir()
-    env = driver_env(VERL_ASCEND_EXT_STATUS_DIR=str(status_dir), RAY_GATES_HOLD_DIR=str(hold))
+    # the job watch off: a killed worker would end the job (the next test), and this one reads the job running
+    env = driver_env(VERL_ASCEND_EXT_STATUS_DIR=str(status_dir), RAY_GATES_HOLD_DIR=str(hold),
+                     VERL_ASCEND_EXT_JOB_WATCH="0")
     log = (tmp_path / "driver.log").open("w+")  # a file, not a pipe: a full pipe would block the driver
     driver = subprocess.Popen([sys.executable, SCENARIO, c.address, "hold"], env=env, stdout=log, stderr=log,
                               text=True)
@@ -95,3 +97,50 @@ def test_status_ray_lists_every_process_of_a_running_job(cluster, tmp_path: Path
     assert expected in report["problems"], report["problems"]
     assert len(report["problems"]) == 1, report["problems"]
     assert text.returncode == 1 and f"pid {overridden['pid']}" in text.stdout and "dead" in text.stdout
+
+
+def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster, tmp_path: Path) -> None:
+    """The job watch (on by default; run here by the stand-in TaskRunner around its wait, as the ``job-watch`` record
+    runs verl's trainer's ``fit``) on the same job: the TaskRunner waits for a ``go`` that never comes (without the
+    watch the job would wait for ever); one of its workers is stopped (SIGSTOP) for 4 s, which ends nothing, then
+    SIGKILLed. The TaskRunner ends with exit 1 within seconds, saying which worker was lost, so the driver's wait on
+    it fails (exit 1), and `verl-ascend status` names that worker first, with the time the watch saw it dead, not
+    the time of its last record."""
+    c, _ = cluster
+    status_dir, hold = tmp_path / "status", tmp_path / "hold"
+    hold.mkdir()
+    env = driver_env(VERL_ASCEND_EXT_STATUS_DIR=str(status_dir), RAY_GATES_HOLD_DIR=str(hold))
+    log = (tmp_path / "driver.log").open("w+")
+    driver = subprocess.Popen([sys.executable, SCENARIO, c.address, "hold"], env=env, stdout=log, stderr=log,
+                              text=True)
+    try:
+        wait_for(hold / "ready.json", driver, 240)
+        info = json.loads((hold / "ready.json").read_text())
+        victim = info["victim"]["pid"]
+        os.kill(victim, signal.SIGSTOP)  # stalled, alive: never failed for being slow (liveness, not a timeout)
+        time.sleep(4)  # four looks of the watch
+        stalled = driver.poll()
+        os.kill(victim, signal.SIGCONT)
+        assert stalled is None, (tmp_path / "driver.log").read_text()[-4000:]
+        killed = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        returncode = driver.wait(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        (hold / "go").write_text("")  # a driver that did not end lets its runner end
+        driver.wait(timeout=240)
+        log.close()
+    text = (tmp_path / "driver.log").read_text()
+    assert returncode == 1 and took < 30, (returncode, took, text[-4000:])
+    lost = (f"JobProcessLost: a process of this job was lost while it trained: ray-worker Holder (host "
+            f"{info['victim']['host']}, pid {victim}) ended without a word")
+    assert lost in text, text[-4000:]
+    proc = run_command([CLI, "status", "--dir", status_dir, "--json"], driver_env(), check=False, cwd=REPO)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    result = report["outcome"]
+    first = result["first_failure"]
+    assert result["state"] == "failed" and first["pid"] == victim, result
+    assert first["how"] == f"ended without a word, seen dead by the job watch of pid {info['runner']['pid']}", first
+    (runner,) = [p for p in report["processes"] if p["pid"] == info["runner"]["pid"]]
+    assert (runner["ended"]["how"], runner["ended"]["error"][0]["type"]) == ("exit", "JobProcessLost"), runner

@@ -27,7 +27,7 @@ from subprocesses import last_json, run_command, run_python, scrubbed_env
 from verl_ascend_ext.runtime.records import identity, recorder, store
 from verl_ascend_ext.runtime.records.reader import collect, read_records
 from verl_ascend_ext.runtime.records.report import aggregate
-from verl_ascend_ext.runtime.records.schema import new_patch
+from verl_ascend_ext.runtime.records.schema import SCHEMA, new_patch
 from verl_ascend_ext.tooling.status_cli import format_report
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
@@ -404,10 +404,13 @@ def test_cli_reads_what_real_processes_wrote(tmp_path: Path) -> None:
     env = {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path)}
     run_python("import verl_ascend_ext; verl_ascend_ext.activate()", env)
     run_python("import verl_ascend_ext; verl_ascend_ext.activate()", {**env, GATE: "0"})
-    proc = status_cli("--json", env=env)
+    proc = status_cli("--json", "--all", env=env)
     report = json.loads(proc.stdout)
     assert len(report["processes"]) == 2 and all(p["alive"] is False for p in report["processes"])
     assert report["active"] == 0 and report["exit_code"] == 0 and proc.returncode == 0  # dead: not compared
+    # two drivers are two jobs: by default, the newest one's
+    newest = json.loads(status_cli("--json", env=env).stdout)
+    assert len(newest["processes"]) == 1 and "1 record(s) of other jobs not shown" in newest["job_selection"]
 
 
 def test_status_ray_unreachable_exits_2(tmp_path: Path) -> None:
@@ -527,7 +530,7 @@ def test_the_previous_schemas_records_are_read_and_counted_and_an_unknown_schema
         write_record(tmp_path, rec, ns="local")
     records, notes = read_records(str(tmp_path))
     (rec,) = records
-    assert rec["schema"] == 2 and rec["pid"] == 7 and "dead_since" not in rec
+    assert rec["schema"] == SCHEMA and rec["pid"] == 7 and "dead_since" not in rec and rec["job"] is None
     assert (rec["ranks"], rec["errors"], rec["ended"]) == ({}, [], None)
     assert rec["patches"]["p"]["stood_down"] == [] and rec["patches"]["p"]["status"] == "applied"
     assert any(n.startswith(f"1 record(s) in {tmp_path} have schema 1") for n in notes), notes

@@ -312,10 +312,14 @@ def test_a_killed_rank_is_named_as_the_first_failure_and_its_last_checkpoint_res
     assert outcome["state"] == "failed" and report["exit_code"] == 1, outcome
     assert (first["role"], first["pid"], first["host"]) == ("ray-worker WorkerDict rank 1", killed["pid"],
                                                              killed["host"]), first
-    assert first["how"] == "ended without a word" and killed["ended"] is None, first
-    assert "ActorDiedError" in outcome["root_cause"] and str(killed["pid"]) in outcome["root_cause"], outcome
+    assert first["how"].startswith("ended without a word") and killed["ended"] is None, first
     (driver,) = [p for p in report["processes"] if p["role"] == "driver"]
     assert driver["ended"]["how"] == "exception" and driver["ended"]["error"][-1]["type"] == "ActorDiedError"
+    if "seen dead by the job watch" in first["how"]:  # the TaskRunner's watch saw the death first: it ended itself
+        (runner,) = [p for p in report["processes"] if p["actor_class"] == "TaskRunnerV1"]
+        assert (runner["ended"]["how"], runner["ended"]["error"][0]["type"]) == ("exit", "JobProcessLost"), runner
+    else:  # Ray's report of the death reached the TaskRunner first (both come within seconds)
+        assert "ActorDiedError" in outcome["root_cause"] and str(killed["pid"]) in outcome["root_cause"], outcome
     # Ray's teardown ends rank 0 with SIGTERM and, 5 s later (Ray's kill_worker_timeout_milliseconds), SIGKILL. The
     # chained handler records the SIGTERM when rank 0's main thread runs Python within those 5 s; held in native
     # code (likely a gloo collective waiting for the dead rank) it cannot, and rank 0 ends without a word like rank
@@ -323,7 +327,7 @@ def test_a_killed_rank_is_named_as_the_first_failure_and_its_last_checkpoint_res
     ended = done.rank(0)["ended"]
     assert ended is None or (ended["how"], ended["signal"]) == ("signal", "SIGTERM"), ended
     text = done.status_text()
-    assert text.splitlines()[2] == "Job: FAILED" and "failed first: ray-worker WorkerDict rank 1" in text, text
+    assert text.splitlines()[3] == "Job: FAILED" and "failed first: ray-worker WorkerDict rank 1" in text, text
     assert "JOB FAILED (exit 1)" in text
     # nothing lost: the checkpoint written before the kill is whole, and the next job trains from it
     _export_check(done.checkpoints / "global_step_3" / "actor")

@@ -25,6 +25,7 @@ from verl.trainer import main_ppo
 
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
 DISABLE = "VERL_ASCEND_EXT_DISABLE"
+JOB = "VERL_ASCEND_EXT_JOB"  # the job id the driver sets at boot (runtime.records.schema.JOB_ENV)
 ADDRESS, CASES = sys.argv[1], sys.argv[2:]
 RESULT = os.path.join(tempfile.mkdtemp(prefix="ray-gates-"), "probes.json")
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
@@ -43,6 +44,7 @@ def probe() -> dict:
         "booted_by": list(boot.loaded_by()) if boot is not None else [],
         "worker": {k: os.environ.get(k) for k in (GATE, DISABLE)},
         "raylet": {k: raylet_env.get(k) for k in (GATE, DISABLE)},
+        "job": os.environ.get(JOB),
         "raylet_is_parent": "raylet" in open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace"),
     }
 
@@ -103,9 +105,18 @@ class HoldRunner:
         with open(os.path.join(HOLD_DIR, "ready.json.tmp"), "w") as f:
             json.dump(info, f)
         os.replace(os.path.join(HOLD_DIR, "ready.json.tmp"), os.path.join(HOLD_DIR, "ready.json"))
+        # waits as verl's trainer does, inside the job watch the job-watch record runs its fit in (engine tier: the
+        # record itself, in verl's trainer)
+        from contextlib import nullcontext
+
+        from verl_ascend_ext.features.liveness.declaration import GATE as WATCH_GATE
+        from verl_ascend_ext.features.liveness.patch_code import watching
+        from verl_ascend_ext.features.liveness.targets import WATCH_ID
+
         deadline = time.monotonic() + 300
-        while not os.path.exists(os.path.join(HOLD_DIR, "go")) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        with watching(WATCH_ID) if WATCH_GATE.read() else nullcontext():
+            while not os.path.exists(os.path.join(HOLD_DIR, "go")) and time.monotonic() < deadline:
+                time.sleep(0.2)
         with open(RESULT, "w") as f:
             json.dump([{"holders": info}], f)
 
@@ -127,7 +138,10 @@ def run_case(case: str) -> dict:
         probes = json.load(f)
     ray.shutdown()
     return {
-        "default_env_vars": {k: v for k, v in default_runtime_env["env_vars"].items() if k.startswith("VERL_ASCEND")},
+        "default_env_vars": {k: v for k, v in default_runtime_env["env_vars"].items()
+                             if k.startswith("VERL_ASCEND") and k != JOB},
+        "job": default_runtime_env["env_vars"].get(JOB),  # the driver's job id, carried as the gates are
+        "driver_job": os.environ.get(JOB),
         "probes": probes,
     }
 

@@ -266,12 +266,27 @@ def _stand_down(served: list[PatchStatus], tense: str) -> tuple[Status, str] | N
     return Status.DISABLED, f"nothing to carry, the patches it serves are off ({summary})"
 
 
+def ray_actor_class(owner: Any) -> Any:
+    """The class a Ray actor runs, for a class declared ``@ray.remote``; anything else as it is.
+
+    The module holds Ray's ``ActorClass`` wrapper: a method set on it changes nothing in the actor. Ray runs a
+    subclass of the original class (``__ray_metadata__.modified_class``) holding its own wrapper of each method, made
+    where the class is declared; the process that creates the actor sends that subclass by value, and an actor that
+    loads its class from the module takes it from there. A method patched on that subclass in each process is the
+    one the actor runs; one patched on the original class is not (the subclass's wrappers hold the original method).
+    """
+    metadata = getattr(type(owner), "__ray_metadata__", None) or getattr(owner, "__ray_metadata__", None)
+    modified = getattr(metadata, "modified_class", None)
+    return modified if isinstance(modified, type) else owner
+
+
 def _resolve(record: PatchRecord) -> tuple[Any, str, Any]:
     """(owner, attribute name, raw attribute) of the target in its imported module."""
     owner: Any = sys.modules[record.module]
     *parents, name = record.qualname.split(".")
     for part in parents:
         owner = getattr(owner, part)
+    owner = ray_actor_class(owner)
     if isinstance(owner, type):
         for klass in owner.__mro__:
             if name in vars(klass):

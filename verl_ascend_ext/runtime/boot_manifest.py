@@ -14,6 +14,7 @@ FEATURES = (
     ('distillation', 'verl_ascend_ext.features.distillation.declaration'),
     ('glm52_ascend', 'verl_ascend_ext.features.glm52.ascend.declaration'),
     ('glm52_vllm', 'verl_ascend_ext.features.glm52.vllm.declaration'),
+    ('liveness', 'verl_ascend_ext.features.liveness.declaration'),
     ('routing', 'verl_ascend_ext.features.routing.declaration'),
     ('weight_sync', 'verl_ascend_ext.features.weight_sync.declaration'),
 )
@@ -22,6 +23,7 @@ FEATURES = (
 GATES = (
     ('VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', True),
     ('VERL_ASCEND_EXT_ROUTE_CHECK', True),
+    ('VERL_ASCEND_EXT_JOB_WATCH', True),
     ('VERL_VLLM_ASCEND_GLM52_PATCH', False),
     ('VERL_ASCEND_EXT_DISTILLATION_FIXES', True),
     ('VERL_ASCEND_EXT_DEVICE_HOOKS', True),
@@ -43,6 +45,9 @@ RECORDS = (
     ('r3-route-check', 'verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead.prepare_model_inputs', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
     ('r3-route-agreement', 'verl.utils.megatron.router_replay_patch:RouterReplay.get_replay_topk', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
     ('r3-route-agreement-metric', 'verl.workers.engine_workers:TrainingWorker.train_mini_batch', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
+    ('job-watch', 'verl.trainer.ppo.v1.trainer_base:PPOTrainer.fit', 'VERL_ASCEND_EXT_JOB_WATCH', 'acts'),
+    ('job-watch-fully-async', 'verl.experimental.fully_async_policy.fully_async_trainer:FullyAsyncTrainer.fit', 'VERL_ASCEND_EXT_JOB_WATCH', 'acts'),
+    ('fully-async-generation-fails-closed', 'verl.experimental.fully_async_policy.fully_async_rollouter:FullyAsyncRollouter.fit', 'VERL_ASCEND_EXT_JOB_WATCH', 'acts'),
     ('glm52-vllm-wake-up-resume-when-awake', 'vllm.v1.engine.core:EngineCore.wake_up', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'acts'),
     ('glm52-vllm-dp-no-dummy-forward-asleep', 'vllm.v1.engine.core:DPEngineCoreProc.execute_dummy_batch', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'acts'),
     ('glm52-vllm-engine-core-entry', 'vllm.v1.engine.core:EngineCoreProc.run_engine_core', 'VERL_VLLM_ASCEND_GLM52_PATCH', 'eager'),

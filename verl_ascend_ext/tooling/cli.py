@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --ray: the cluster's GCS address HOST:PORT (default: RAY_ADDRESS, else 'auto')")
     status.add_argument("--timeout", metavar="SECONDS", type=float, default=120.0,
                         help="with --ray: give up (exit 2) after this many seconds (default 120)")
+    which = status.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true",
+                       help="every job's records in the directory (default: one job, the newest driver's)")
+    which.add_argument("--job", metavar="ID", help="the records of this job (its id: VERL_ASCEND_EXT_JOB, shown by "
+                       "status)")
     status.add_argument("--prune", action="store_true",
                         help="remove this host's records of dead processes last written more than "
                              "VERL_ASCEND_EXT_STATUS_KEEP seconds ago (reading never removes anything)")
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         from verl_ascend_ext.tooling.status_cli import main as status_main
 
         return status_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
-                           timeout=args.timeout, prune=args.prune)
+                           timeout=args.timeout, prune=args.prune, job="*" if args.all else args.job)
     if args.command == "recipe":
         from verl_ascend_ext.tooling.recipes.cli import run as recipe_run
 

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from verl_ascend_ext.runtime.records.outcome import FAILED, format_outcome
+from verl_ascend_ext.runtime.records.outcome import ALL_JOBS, FAILED, format_outcome, one_job
 from verl_ascend_ext.runtime.records.reader import collect
 from verl_ascend_ext.runtime.records.recorder import FLUSH_EVERY, LAG_NOTE
 from verl_ascend_ext.runtime.records.report import aggregate, merge, only_pending
@@ -24,7 +24,8 @@ from verl_ascend_ext.tooling.tables import table
 
 
 def main(as_json: bool = False, directory: str | None = None, ray: bool = False, address: str | None = None,
-         timeout: float = 120.0, prune: bool = False) -> int:
+         timeout: float = 120.0, prune: bool = False, job: str | None = None) -> int:
+    """``verl-ascend status``; ``job``: the job whose records are read (default: the newest driver's; ``"*"``: all)."""
     base = directory or base_dir()
     if directory is not None and not ray and not os.path.isdir(directory):
         print(f"verl-ascend status: error: no status directory at {directory}. {_where_jobs_record()}",
@@ -51,7 +52,14 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
         if directory is not None and not records:  # asked for this directory: nothing read is no "OK"
             print(f"verl-ascend status: error: {_nothing_read(directory, notes)}", file=sys.stderr)
             return 2
+    every = len(records)
+    records, job_id, chosen = one_job(records, job)
+    if job is not None and job != ALL_JOBS and not records:
+        print(f"verl-ascend status: error: no record of job {job} among the {every} read from {base}. Fix: pass a job "
+              "id `verl-ascend status --all` shows, or leave out --job", file=sys.stderr)
+        return 2
     report = aggregate(records, notes)
+    report["job"], report["job_selection"] = job_id, chosen
     report["selftest"] = selftest_store.report_section(base=base)  # this host's status dir; never the exit code
     report["declared_by"] = _declared_by(report)
     report["acts_when"] = _acts_when(report)
@@ -115,7 +123,8 @@ def _acts_when(report: dict[str, Any]) -> dict[str, str]:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead", ""]
+    out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead"]
+    out += [f"  {report['job_selection']}", ""] if report.get("job_selection") else [""]
     if "outcome" in report and report["processes"]:
         out += format_outcome(report["outcome"])
     rows = []

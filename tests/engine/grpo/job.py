@@ -75,6 +75,8 @@ class Job:
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> what verl's console logger printed
 
     checkpoint_dir: Path | None = None
+    killed: int | None = None  # the pid ``JobSpec.kill`` killed
+    fault_to_end: float | None = None  # seconds from that kill to the driver's end
 
     @property
     def name(self) -> str:
@@ -89,7 +91,7 @@ class Job:
         another ended well."""
         if self.spec.planned is None:
             return self.ok()
-        assert self.returncode == 1 and self.spec.planned in self.log, self.explain()
+        assert self.returncode == 1 and any(p in self.log for p in self.spec.planned.split("|")), self.explain()
         return self
 
     def records(self) -> list[dict[str, Any]]:
@@ -227,6 +229,8 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
     gpus = spec.ranks + (1 if spec.mode == "fully-async" else int(spec.teacher))
     log_path = directory / "job.log"
     started = time.monotonic()
+    killer: RankKiller | None = None
+    ended = started
     with open(log_path, "w") as log:
         try:
             head, address = start_ray(gpus, cluster_env, log)
@@ -237,9 +241,10 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
             killer = RankKiller(directory, checkpoints, spec.kill) if spec.kill else None
             try:
                 returncode = proc.wait(timeout=timeout)
+                ended = time.monotonic()
                 await_teardown(directory / "status", TEARDOWN)
             except subprocess.TimeoutExpired:
-                returncode = -signal.SIGKILL
+                returncode, ended = -signal.SIGKILL, time.monotonic()
             if killer is not None:
                 killer.stop.set()
                 if killer.killed is None:  # the job's explanation says why it did not fail as planned
@@ -252,43 +257,64 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
         finally:
             kill_job(None, marker)
     wall = time.monotonic() - started
+    fault = None if killer is None or killer.killed is None else ended - killer.killed_at
     if os.environ.get("CI_PHASE_LOG"):  # scripts/test.sh's table of phases (scripts/phases.py): each job's wall time
         phases = script_module("phases")
+        after = "" if fault is None else f"; {spec.kill.partition('@')[0]} killed: the job ended {fault:.1f} s later"
         phases.add(os.environ["CI_PHASE_LOG"], f"{phases.INNER}training job {spec.name} (verl {spec.verl})", wall,
-                   "ok" if returncode == 0 else f"exit {returncode}")
+                   ("ok" if returncode == 0 else f"exit {returncode}") + after)
     text = log_path.read_text(errors="replace")
-    return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints)
+    return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints,
+               killed=None if killer is None else killer.killed, fault_to_end=fault)
 
 
 class RankKiller(threading.Thread):
-    """A fully-async job's fault (``JobSpec.kill``, ``trainer-rank1@saved-N``): once the trainer's checkpoint of
-    step N is complete (verl's tracker ``latest_checkpointed_iteration.txt`` says N; it is written after the save),
-    trainer rank 1 (a ``WorkerDict``, found in the job's records) is killed with SIGKILL, as the OOM killer would,
-    while the next step runs. (Right after a weight sync would race with that step's save, which follows it.)"""
+    """A job's fault (``JobSpec.kill``, ``[stop:]WHAT@saved-N``): once the trainer's checkpoint of step N is complete
+    (verl's tracker ``latest_checkpointed_iteration.txt`` says N; it is written after the save), the process WHAT
+    names, found in the job's records, is killed with SIGKILL, as the OOM killer would (``stop:``: stopped with
+    SIGSTOP, a live process that stalls), while the next step runs. (Right after a weight sync would race with that
+    step's save, which follows it.) WHAT: ``trainer-rank1`` (actor rank 1, a ``WorkerDict``), a role
+    (``engine-core``, ``vllm-worker``: the lowest live pid of them) or ``actor:CLASS`` (a Ray actor of that class:
+    ``actor:FullyAsyncRollouter``, ``actor:MessageQueue``, ``actor:vLLMHttpServer``, ...)."""
+
+    ROLES = ("engine-core", "vllm-worker")
 
     def __init__(self, directory: Path, checkpoints: Path, kill: str) -> None:
         super().__init__(daemon=True, name=f"kill {kill}")
         what, _, after = kill.partition("@saved-")
-        if what != "trainer-rank1" or not after.isdigit():
-            raise ValueError(f"JobSpec.kill={kill!r}: only 'trainer-rank1@saved-<step>' is known")
+        self.signal = signal.SIGKILL
+        if what.startswith("stop:"):
+            what, self.signal = what[len("stop:"):], signal.SIGSTOP
+        if not (what == "trainer-rank1" or what in self.ROLES or what.startswith("actor:")) or not after.isdigit():
+            raise ValueError(f"JobSpec.kill={kill!r}: known: [stop:]WHAT@saved-<step>, WHAT one of trainer-rank1, "
+                             f"{', '.join(self.ROLES)}, actor:<Ray actor class>")
+        self.what = what
         self.status, self.tracker, self.after = directory / "status", checkpoints / TRACKER, int(after)
         self.stop = threading.Event()
-        self.killed: int | None = None  # the pid it killed
+        self.killed: int | None = None  # the pid it killed (or stopped)
+        self.killed_at = 0.0  # time.monotonic() of the kill
         self.start()
 
     def saved(self) -> int:
         text = self.tracker.read_text().strip() if self.tracker.exists() else ""
         return int(text) if text.isdigit() else 0
 
+    def targets(self, records: list[dict[str, Any]]) -> list[int]:
+        live = [r for r in records if alive(int(r["pid"]), r.get("proc_start"))]
+        if self.what in self.ROLES:
+            return sorted(int(r["pid"]) for r in live if r.get("role") == self.what)
+        if self.what.startswith("actor:"):
+            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == self.what[len("actor:"):])
+        return [int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict" and r["ranks"].get("rank") == 1]
+
     def run(self) -> None:
         while not self.stop.wait(0.2):
             if self.saved() < self.after:
                 continue
-            records, _ = read_records(str(self.status))
-            ranks = [r for r in records if r.get("actor_class") == "WorkerDict" and r["ranks"].get("rank") == 1]
-            if ranks:
-                self.killed = int(ranks[0]["pid"])
-                os.kill(self.killed, signal.SIGKILL)
+            found = self.targets(read_records(str(self.status))[0])
+            if found:
+                self.killed, self.killed_at = found[0], time.monotonic()
+                os.kill(self.killed, self.signal)
                 return
 
 

@@ -20,6 +20,8 @@ from grpo.job import Job, run
 from grpo.paths import DATA, MEGATRON, MODELS, OVERLAY
 
 BARRIER_TIMEOUT = 20  # seconds (VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT) before rank 0 gives up on a stalled rank
+# a killed actor rank: Ray's report of it reaches the driver, or the job watch sees it first (both within seconds)
+LOST = "JobProcessLost|ActorDiedError"
 DROPPED = "model.layers.1.mlp.down_proj.weight"  # the tensor the export-check scenarios leave out of an export
 
 
@@ -55,8 +57,8 @@ class JobSpec:
     # directory, resumed as the recipe says (``resume_mode=auto``: the last completed checkpoint)
     resume_step: int | None = None
     recipe: str | None = None  # the shipped recipe whose overrides the job takes (``grpo/recipe_overrides.py``)
-    kill: str = ""  # a fully-async job's fault: "trainer-rank1@saved-N", SIGKILL once step N's checkpoint is complete
-    # (job.RankKiller)
+    kill: str = ""  # a fault: "trainer-rank1@saved-N" or "engine-core@saved-N", SIGKILL once step N's checkpoint is
+    # complete (job.RankKiller)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", MappingProxyType(dict(self.layout)))
@@ -76,7 +78,7 @@ JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     # FSDP2 actor (tests/engine/test_grpo.py). Weight syncs: at start, then at each step's end; the 4th is step 3's,
     # after its save: rank 1 is killed there
     JobSpec("on", verl="0.9.0", teacher=True, steps=3, save_every=3, faults=fault("kill", sync=4),
-            planned="ActorDiedError"),
+            planned=LOST),
     # no teacher (test_gate_off_gives_the_same_first_step_rollout_tokens_and_metrics); the step-2 export loses a
     # tensor: the export check stops that save
     JobSpec("off", verl="0.9.0", gate=False, faults=dropped(DROPPED), planned="ExportCheckError"),
@@ -104,7 +106,17 @@ JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     # trainer rank 1 is killed once step 3's checkpoint is complete, while step 4 runs: the job fails there
     JobSpec("fully-async", verl="0.9.0", mode="fully-async", actor="megatron", layout=TP2, steps=4, save_every=1,
             recipe="glm5_2_megatron_fully_async", kill="trainer-rank1@saved-3",
-            planned="ActorDiedError"),
+            planned=LOST),
+    # hybrid mode, a rollout replica's vLLM EngineCore SIGKILLed once step 1's checkpoint is complete (before the job
+    # watch: a hang, the server logging EngineDeadError and nobody waiting on it failing): the job ends within
+    # seconds, the EngineCore named first (tests/engine/test_job_watch.py)
+    JobSpec("engine-lost", verl="0.9.0", steps=2, save_every=1, kill="engine-core@saved-1",
+            planned="JobProcessLost"),
+    # fully-async mode, the rollout's EngineCore SIGKILLed once step 1's checkpoint is complete (before the job watch:
+    # exit 0, "ended well", or the driver blamed, by timing): the job ends within seconds, the EngineCore named first
+    JobSpec("fully-async-engine-lost", verl="0.9.0", mode="fully-async", actor="megatron", layout=TP2, steps=3,
+            save_every=1, recipe="glm5_2_megatron_fully_async", kill="engine-core@saved-1",
+            planned="JobProcessLost"),
     # resumed from step 3's checkpoint; two steps at least (the trainer prints a step's metrics at the next step's
     # line, and verl's fully-async resume counts its first step one further than the checkpoint's: docs/grpo-cpu.md)
     JobSpec("fully-async-resumed", verl="0.9.1", mode="fully-async", actor="megatron", layout=TP2, steps=6,

@@ -2,17 +2,21 @@
 
 A record says how its process ended (``ended``, from ``process_end``) and which errors the plugin raised in
 it (``errors``, at the moment they were raised). A process whose record is dead without an end ended
-"without a word" (SIGKILL, the OOM killer, a native crash, a lost host): only the time its record was last
-written is known.
+"without a word" (SIGKILL, the OOM killer, a native crash, a lost host); when another process noticed its death
+(``seen_dead``: the job's watch in the driver, ``records.watch``), the time it was first seen dead is its time of
+death; otherwise only the time its record was last written is known, which may date from its boot.
 
-The job's outcome is its driver's (the newest driver record): running, ended well (exit 0, or an exit with
-no error seen), or failed (an exception, a signal, a non-zero exit, or no word). For a failed job:
+The job's outcome: running while its driver (the newest driver record) runs; failed when the driver failed (an
+exception, a signal, a non-zero exit, or no word) or when a process doing the job's work (a Ray actor, a vLLM
+process: ``works``) was lost before the job's teardown began (``teardown``: when the trainer's ``fit`` ended, else
+the driver's end): it ended without a word (seen dead then), by a signal, an exception or a non-zero exit, even if
+the driver then exited 0; ended well otherwise. For a failed job:
 
-- first failure: the earliest recorded failure (an error the plugin raised, an exception, a signal, a
-  non-zero exit) in any process; except that when an error in the chain the driver recorded is Ray's
-  report of a death (``ActorDiedError``, ``WorkerCrashedError``, ...) naming the actor (its id, which a Ray
-  worker's record holds) or the pid of a process that ended without a word, that process failed first: it
-  died before anyone could report it;
+- first failure: the earliest failure with a known time (an error the plugin raised, an exception, a signal, a
+  non-zero exit, a death seen by another process) in any process; except that, when none of those precedes it,
+  an error in the driver's chain that is Ray's report of a death (``ActorDiedError``, ``WorkerCrashedError``, ...)
+  naming the actor (its id, which a Ray worker's record holds) or the pid of a process that ended without a word
+  and was never seen dead names that process: it died before anyone could report it;
 - root cause: that failure's innermost message, and the processes it names (``pid N``) with how each ended;
 - the rest: how every other process ended, counted (a failed Ray job's teardown).
 """
@@ -24,13 +28,50 @@ import time
 from collections import Counter
 from typing import Any
 
-from verl_ascend_ext.runtime.records.schema import DRIVER, EXCEPTION, EXIT, SIGNAL
+from verl_ascend_ext.runtime.records.schema import (
+    DRIVER,
+    ENGINE_CORE,
+    EXCEPTION,
+    EXIT,
+    RAY_WORKER,
+    SIGNAL,
+    VLLM_FRONTEND,
+    VLLM_WORKER,
+)
 
 DEATH_REPORT = re.compile(r"(Actor|Worker|Node|Owner|Raylet)(Died|Crashed)")  # Ray's exception names
 ACTOR_ID = re.compile(r"\bactor_id:\s*([0-9a-f]{8,})")  # Ray's ActorDiedError: "\tactor_id: 6f1c..."
 PID = re.compile(r"\bpid(?:[:=]\s*|\s+)(\d+)")  # "pid: 8367" (Ray), "pid 8367" (ours), "pid=8367"
 RUNNING, ENDED_WELL, FAILED, UNKNOWN = "running", "ended well", "failed", "unknown"
 NO_WORD = "ended without a word"
+DIED = "died"  # a failure event: a death without a word, seen by another process
+WORKING_ROLES = (RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER)
+
+
+def idle(rec: dict[str, Any]) -> bool:
+    """A Ray worker from Ray's pool that never got an actor or task and imported no patch target."""
+    return (rec.get("role") == RAY_WORKER and not rec.get("actor_class")
+            and not any(p.get("imported") for p in (rec.get("patches") or {}).values()))
+
+
+def works(rec: dict[str, Any]) -> bool:
+    """A process that does the job's work (a Ray actor, a vLLM process): its loss mid-job fails the job."""
+    return rec.get("role") in WORKING_ROLES and not idle(rec)
+
+
+def identity_of(rec: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return rec.get("host"), rec.get("pid"), rec.get("proc_start")
+
+
+def deaths_seen(records: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dict[str, Any]]:
+    """(host, pid, start) -> the first notice of that process's death in any record (``seen_dead``)."""
+    out: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for rec in records:
+        for notice in rec.get("seen_dead") or []:
+            key = (notice.get("host"), notice.get("pid"), notice.get("proc_start"))
+            if key not in out or (notice.get("at") or 0.0) < (out[key].get("at") or 0.0):
+                out[key] = notice
+    return out
 
 
 def label(rec: dict[str, Any]) -> str:
@@ -55,16 +96,20 @@ def silent(rec: dict[str, Any]) -> bool:
     return rec.get("alive") is False and not rec.get("ended")
 
 
-def end_of(rec: dict[str, Any], last_record: bool = True) -> str:
-    """One line on how the process ended (or that it runs); for one that ended without a word, with the time of its
-    last record unless ``last_record`` is false."""
+def end_of(rec: dict[str, Any], last_record: bool = True, seen: dict[str, Any] | None = None) -> str:
+    """One line on how the process ended (or that it runs); for one that ended without a word, when it was seen dead
+    (``seen``: a notice) or else the time of its last record, unless ``last_record`` is false."""
     if rec.get("alive"):
         return "running"
     ended = rec.get("ended")
     if not ended:
-        if rec.get("alive") is not False:
+        if rec.get("alive") is not False and seen is None:
             return "?"
-        return f"{NO_WORD} (last record {clock(rec.get('updated'))})" if last_record else NO_WORD
+        if not last_record:
+            return NO_WORD
+        if seen is not None:
+            return f"{NO_WORD} (seen dead {clock(seen.get('at'))} by {seen.get('by')})"
+        return f"{NO_WORD} (last record {clock(rec.get('updated'))})"
     how, code = ended.get("how"), ended.get("code")
     if how == SIGNAL:
         return str(ended.get("signal"))
@@ -77,9 +122,12 @@ def end_of(rec: dict[str, Any], last_record: bool = True) -> str:
     return text
 
 
-def failure_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The failures ``rec`` recorded, each with its time: errors the plugin raised, then a failing end."""
+def failure_events(rec: dict[str, Any], seen: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The failures ``rec`` recorded, each with its time: errors the plugin raised, then a failing end; for a
+    process that ended without a word and was seen dead (``seen``), its death then."""
     out = [{"at": e.get("at"), "kind": "raised", "by": e.get("by"), "chain": [e]} for e in rec.get("errors") or []]
+    if seen is not None and not rec.get("ended") and rec.get("alive") is not True:
+        out.append({"at": seen.get("at"), "kind": DIED, "by": seen.get("by"), "chain": []})
     ended = rec.get("ended") or {}
     how, code = ended.get("how"), ended.get("code")
     if how in (EXCEPTION, SIGNAL) or (how == EXIT and code not in (0, None)):
@@ -94,9 +142,9 @@ def _find(records: list[dict[str, Any]], pid: int) -> dict[str, Any] | None:
     return max(found, key=lambda r: r.get("started", 0)) if found else None
 
 
-def _who(rec: dict[str, Any]) -> dict[str, Any]:
+def _who(rec: dict[str, Any], seen: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"host": rec.get("host"), "pid": rec.get("pid"), "role": label(rec), "ranks": rec.get("ranks") or {},
-            "ended": end_of(rec), "last_record": rec.get("updated")}
+            "ended": end_of(rec, seen=seen), "last_record": rec.get("updated")}
 
 
 def _died_first(records: list[dict[str, Any]], chain: list[dict[str, Any]]) -> tuple[dict[str, Any], dict] | None:
@@ -119,25 +167,70 @@ def newest_driver(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(drivers, key=lambda r: r.get("started", 0)) if drivers else None
 
 
+def lost_mid_job(records: list[dict[str, Any]], driver: dict[str, Any],
+                 seen: dict[tuple[Any, Any, Any], dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(event, record) of each process doing the job's work that was lost before the job's teardown began: when
+    its trainer's ``fit`` ended (``teardown``, written by the process the job watch ran in), else the driver's end."""
+    teardowns = [r["teardown"] for r in records if r.get("teardown") is not None]
+    until = min(teardowns) if teardowns else (driver.get("ended") or {}).get("at")
+    if until is None:
+        return []
+    return [(ev, rec) for rec in records if rec is not driver and works(rec)
+            for ev in failure_events(rec, seen.get(identity_of(rec)))
+            if ev["kind"] != "raised" and ev["at"] is not None and ev["at"] < until]
+
+
+ALL_JOBS = "*"
+
+
+def one_job(records: list[dict[str, Any]], job: str | None = None) -> tuple[list[dict[str, Any]], str | None, str]:
+    """The records of one job (``job``; default: the newest driver's), the job's id, and a sentence saying what was
+    chosen and what was left out. ``job`` ``ALL_JOBS`` keeps every record. Records of no job (written before
+    records named their job, or by a process that is of none) are kept when the chosen job is the newest driver's
+    and that driver's record names no job either."""
+    if job == ALL_JOBS:
+        jobs = {r.get("job") for r in records if r.get("job")}
+        return records, None, f"every job's records ({len(jobs)} job(s), --all)"
+    if job is None:
+        driver = newest_driver(records)
+        job = None if driver is None else driver.get("job")
+        if job is None:
+            return records, None, "records name no job (an older verl-ascend-ext, or no driver recorded): all read"
+        chosen = "the newest driver's"
+    else:
+        chosen = "--job"
+    kept = [r for r in records if r.get("job") == job]
+    left = len(records) - len(kept)
+    text = f"job {job} ({chosen}): {len(kept)} record(s)"
+    if left:
+        text += f"; {left} record(s) of other jobs not shown (--all, or --job ID)"
+    return kept, job, text
+
+
 def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The job's outcome from every record of its status directory (see the module's docstring)."""
     driver = newest_driver(records)
-    events = sorted(((ev, rec) for rec in records for ev in failure_events(rec)),
+    seen = deaths_seen(records)
+    events = sorted(((ev, rec) for rec in records for ev in failure_events(rec, seen.get(identity_of(rec)))),
                     key=lambda pair: pair[0]["at"] or 0.0)
+    mid_job = lost_mid_job(records, driver, seen) if driver is not None and not driver.get("alive") else []
     if driver is None:
         state = FAILED if events else UNKNOWN
     elif driver.get("alive"):
         state = RUNNING
-    elif silent(driver) or any(ev["kind"] != "raised" for ev in failure_events(driver)):
+    elif silent(driver) or any(ev["kind"] != "raised" for ev in failure_events(driver)) or mid_job:
         state = FAILED
     else:
         state = ENDED_WELL if driver.get("ended") else UNKNOWN
     out: dict[str, Any] = {"state": state, "driver": None if driver is None else _who(driver),
-                           "first_failure": None, "root_cause": None, "named": [], "rest": {}}
+                           "first_failure": None, "root_cause": None, "named": [], "rest": {},
+                           "lost_mid_job": [_who(rec, seen.get(identity_of(rec))) for _, rec in mid_job]}
     if state not in (FAILED, RUNNING) or (state == RUNNING and not events):
         return out
     driver_chain = [e for ev in (failure_events(driver) if driver else []) for e in ev["chain"]]
-    died = _died_first(records, driver_chain)
+    died = _died_first([r for r in records if identity_of(r) not in seen], driver_chain)
+    if died is not None and events and events[0][0]["kind"] == DIED:
+        died = None  # a death seen with its time precedes what the driver's chain reports
     if died is not None:
         first, report = died
         out["first_failure"] = {**_who(first), "how": NO_WORD, "at": None}
@@ -149,10 +242,16 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         event, first = events[0]
         innermost = event["chain"][-1] if event["chain"] else {}
         how = {"raised": f"raised {innermost.get('type')} ({event.get('by')})", SIGNAL: str(event.get("signal")),
-               EXCEPTION: f"exception {innermost.get('type')}"}.get(event["kind"], f"exit {event.get('code')}")
-        out["first_failure"] = {**_who(first), "how": how, "at": event["at"], "where": innermost.get("where"),
-                                "chain": event["chain"]}
-        out["root_cause"] = f"{innermost.get('type')}: {innermost.get('message')}" if innermost else how
+               EXCEPTION: f"exception {innermost.get('type')}", DIED: f"{NO_WORD}, seen dead by {event.get('by')}"
+               }.get(event["kind"], f"exit {event.get('code')}")
+        out["first_failure"] = {**_who(first, seen.get(identity_of(first))), "how": how, "at": event["at"],
+                                "where": innermost.get("where"), "chain": event["chain"]}
+        if event["kind"] == DIED:
+            out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) {NO_WORD} "
+                                 f"(SIGKILL, the OOM killer, a native crash); its last record "
+                                 f"{clock(first.get('updated'))}, seen dead {clock(event['at'])}")
+        else:
+            out["root_cause"] = f"{innermost.get('type')}: {innermost.get('message')}" if innermost else how
         cause_entry = innermost
     elif driver is not None and silent(driver):
         first, cause_entry = driver, {}
@@ -166,7 +265,8 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         if rec is not None and rec is not first:
             named.append(_who(rec))
     out["named"] = named
-    rest = Counter(f"{label(r)}: {end_of(r, last_record=False)}" for r in records if r is not first and r is not driver)
+    rest = Counter(f"{label(r)}: {end_of(r, last_record=False, seen=seen.get(identity_of(r)))}"
+                   for r in records if r is not first and r is not driver)
     out["rest"] = dict(sorted(rest.items()))
     return out
 
@@ -191,6 +291,10 @@ def format_outcome(result: dict[str, Any]) -> list[str]:
             out.append(f"  named there: {who['role']} (host {who['host']}, pid {who['pid']}): {who['ended']}")
     if driver and state == FAILED:
         out.append(f"  driver (host {driver['host']}, pid {driver['pid']}): {driver['ended']}")
+    if result.get("lost_mid_job"):
+        out.append("  lost before the driver's teardown (the job FAILED even if the driver exited 0): "
+                   + "; ".join(f"{w['role']} (host {w['host']}, pid {w['pid']}): {w['ended']}"
+                               for w in result["lost_mid_job"]))
     if result.get("rest"):
         out.append("  how the rest ended: " + "; ".join(f"{k} x{n}" if n > 1 else k
                                                         for k, n in result["rest"].items()))

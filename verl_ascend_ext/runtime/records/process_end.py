@@ -133,6 +133,21 @@ def ended() -> dict[str, Any]:
     return out
 
 
+def exit_now(code: int, error: BaseException) -> None:
+    """End this process at once with ``code`` (``os._exit``: no handler, no ``atexit``), its end recorded first as an
+    exit after ``error``, and its standard streams flushed: for a process that must not wait on what it would wait
+    on to end normally (a driver blocked in ``ray.get`` on a job that lost a process)."""
+    import os
+
+    recorder.ending({"at": time.time(), "how": EXIT, "code": code, "error": describe(error)})
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing left to flush
+            continue
+    os._exit(code)
+
+
 def _exit_code(arg: Any) -> int:
     if arg is None:
         return 0

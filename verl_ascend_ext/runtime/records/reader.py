@@ -20,11 +20,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl_ascend_ext.runtime.records import identity, store
-from verl_ascend_ext.runtime.records.schema import LOCAL_NAMESPACE, PREVIOUS, SCHEMA, SchemaError, upgrade
+from verl_ascend_ext.runtime.records.schema import (
+    LOCAL_NAMESPACE,
+    OLDER,
+    SCHEMA,
+    MalformedRecord,
+    SchemaError,
+    upgrade,
+)
+
+Cache = dict[str, tuple[tuple[int, int, int], dict[str, Any]]]  # path -> ((inode, size, mtime ns), record read)
 
 
-def read_records(base: str, namespaces: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records under ``base`` (all namespaces, or those given) and notes on what was ignored and why."""
+def read_records(base: str, namespaces: Iterable[str] | None = None,
+                 cache: Cache | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records under ``base`` (all namespaces, or those given) and notes on what was ignored and why. ``cache``
+    (kept by a caller that reads again and again, e.g. a job's watch): a file unchanged since the last read is not
+    parsed again (each write replaces the file: a new inode)."""
     notes: list[str] = []
     records: list[dict[str, Any]] = []
     try:
@@ -47,7 +59,7 @@ def read_records(base: str, namespaces: Iterable[str] | None = None) -> tuple[li
                 notes.append(f"namespace {os.path.join(base, ns)} ignored: {err}")
                 continue
             try:
-                _read_namespace(base, ns, ns_fd, records, notes, schemas)
+                _read_namespace(base, ns, ns_fd, records, notes, schemas, cache)
             finally:
                 os.close(ns_fd)
     finally:
@@ -56,7 +68,7 @@ def read_records(base: str, namespaces: Iterable[str] | None = None) -> tuple[li
 
 
 def _read_namespace(base: str, ns: str, ns_fd: int, records: list[dict[str, Any]], notes: list[str],
-                    schemas: Counter[Any]) -> None:
+                    schemas: Counter[Any], cache: Cache | None = None) -> None:
     foreign = []
     uid = os.geteuid()
     for name in os.listdir(ns_fd):
@@ -76,15 +88,24 @@ def _read_namespace(base: str, ns: str, ns_fd: int, records: list[dict[str, Any]
             if not stat.S_ISREG(st.st_mode):
                 notes.append(f"{path} ignored: not a regular file")
                 continue
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if cache is not None and path in cache and cache[path][0] == key:
+                records.append(dict(cache[path][1]))
+                continue
             data = f.read()
         try:
             raw = json.loads(data)
         except ValueError as err:
-            notes.append(f"{path} ignored: not JSON ({err})")
+            notes.append(f"{path} ignored: not JSON ({err}). Fix: remove it (a process writes its record whole; "
+                         "this one was cut short or changed by another program)")
             continue
         schema = raw.get("schema") if isinstance(raw, dict) else None
         try:
             rec = upgrade(raw)
+        except MalformedRecord as err:
+            notes.append(f"{path} ignored: not a readable record ({err}). Fix: remove it (a process writes its "
+                         "record whole; this one was changed by hand or by another program)")
+            continue
         except SchemaError:
             schemas[schema] += 1
             continue
@@ -93,6 +114,8 @@ def _read_namespace(base: str, ns: str, ns_fd: int, records: list[dict[str, Any]
         rec["file"] = path
         rec["namespace"] = ns
         records.append(rec)
+        if cache is not None:
+            cache[path] = (key, dict(rec))
     if foreign:
         notes.append(f"ignored {len(foreign)} record(s) in {os.path.join(base, ns)} owned by another user: "
                      + ", ".join(sorted(foreign)[:5]) + (" ..." if len(foreign) > 5 else ""))
@@ -103,10 +126,11 @@ def _schema_notes(base: str, schemas: Counter[Any]) -> list[str]:
     name any other with its count and the fix."""
     out = []
     for schema, count in sorted(schemas.items(), key=lambda item: str(item[0])):
-        if schema == PREVIOUS:
-            out.append(f"{count} record(s) in {base} have schema {PREVIOUS} (written by an older verl-ascend-ext): "
+        if schema in OLDER:
+            out.append(f"{count} record(s) in {base} have schema {schema} (written by an older verl-ascend-ext): "
                        "read, the fields that schema lacks shown as unknown (ranks, how the process ended, errors, "
-                       "stand-downs). Fix: install the same verl-ascend-ext on every node and restart the job")
+                       "stand-downs, the job, deaths noticed). Fix: install the same verl-ascend-ext on every node "
+                       "and restart the job")
         else:
             out.append(f"{count} record(s) in {base} have schema {schema!r}, which this verl-ascend-ext (schema "
                        f"{SCHEMA}) cannot read: not counted. Fix: run `verl-ascend status` from the verl-ascend-ext "

@@ -38,7 +38,7 @@ from typing import Any
 from verl_ascend_ext.patching.status import acts_of, on_count, stood_down_on, was_exercised
 from verl_ascend_ext.patching.status import lock as status_lock
 from verl_ascend_ext.runtime.records import actor_watch, identity, store
-from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, LOCAL_NAMESPACE, new_record
+from verl_ascend_ext.runtime.records.schema import ACTS, DRIVER, EAGER, JOB_ENV, LOCAL_NAMESPACE, new_record
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -84,6 +84,8 @@ class Recorder:
         self.closed = False  # the interpreter is exiting: the flusher writes no more
         self.last_write = 0.0  # time.monotonic() of the last write
         self.newest: tuple[int, bytes] = (0, b"")  # the newest record built, numbered: a nested write's is newer
+        self.seen_dead: list[dict[str, Any]] = []
+        self.teardown: float | None = None
 
     def record(self) -> dict[str, Any]:
         from verl_ascend_ext._version import __version__
@@ -109,7 +111,8 @@ class Recorder:
             versions={"verl-ascend-ext": __version__, "python": sys.version.split()[0],
                       **identity.imported_versions()},
             gates=self.gates, disable=self.disable, plugin_env={k: os.environ.get(k) for k in PLUGIN_ENV},
-            patches=patches, errors=list(self.errors), ended=self.ended)
+            patches=patches, errors=list(self.errors), ended=self.ended, job=os.environ.get(JOB_ENV) or None,
+            seen_dead=list(self.seen_dead), teardown=self.teardown)
 
     def write(self) -> None:
         """Write the record now, with every count (this process's own record only: not one inherited by ``fork``).
@@ -242,6 +245,9 @@ def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callab
     """
     global _recorder
     _recorder = Recorder(source, gates, disable, statuses, observed or {})
+    if not os.environ.get(JOB_ENV) and _recorder.session is None and identity.detect_role(
+            [source], sys.argv, identity.process_title(), identity.mp_name(), None)[0] == DRIVER:
+        os.environ[JOB_ENV] = _recorder.name  # a new job: every process it starts, every Ray worker, carries it
     on_count(_recorder.counted)
     _recorder.write()
     if _recorder.session is not None and identity.ray_actor(identity.process_title()) is None:
@@ -295,6 +301,33 @@ def ending(ended: Mapping[str, Any]) -> None:
     with _recorder.lock:
         _recorder.ended = dict(ended)
     _recorder.write()
+
+
+def noticed(notice: Mapping[str, Any]) -> None:
+    """This process noticed another one's death (``schema.NOTICE_FIELDS``): written now (a status reader then knows
+    when a process that left no word died, and who saw it)."""
+    if not mine():
+        return
+    assert _recorder is not None
+    with _recorder.lock:
+        _recorder.seen_dead = [*_recorder.seen_dead, dict(notice)][-MAX_ERRORS:]
+    _recorder.write()
+
+
+def teardown_began() -> None:
+    """The job's training has ended in this process (its trainer's ``fit``: the job watch stops): deaths from here on
+    are the job's teardown's."""
+    if not mine():
+        return
+    assert _recorder is not None
+    with _recorder.lock:
+        _recorder.teardown = time.time()
+    _recorder.write()
+
+
+def job_id() -> str | None:
+    """This process's job (``schema.JOB_ENV``), or None."""
+    return os.environ.get(JOB_ENV) or None
 
 
 def current_record() -> dict[str, Any] | None:

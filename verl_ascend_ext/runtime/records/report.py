@@ -38,8 +38,8 @@ from typing import Any
 from verl_ascend_ext.patching.gates import DISABLE_ENV
 from verl_ascend_ext.patching.record import DONE, OFF, Status
 from verl_ascend_ext.patching.status import DETAIL
-from verl_ascend_ext.runtime.records.outcome import FAILED, end_of, label, newest_driver, outcome
-from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, IMPORT, RAY_WORKER, TRACED
+from verl_ascend_ext.runtime.records.outcome import FAILED, end_of, idle, label, newest_driver, outcome
+from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, IMPORT, TRACED
 
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
 VLLM_ENTRY_POINT = "verl_ascend_ext"
@@ -72,12 +72,6 @@ def role_of(rec: dict[str, Any]) -> str:
 
 def active(rec: dict[str, Any]) -> bool:
     return rec.get("alive") is not False
-
-
-def idle(rec: dict[str, Any]) -> bool:
-    """A Ray worker from Ray's pool that never got an actor or task and imported no patch target."""
-    return (rec.get("role") == RAY_WORKER and not rec.get("actor_class")
-            and not any(p.get("imported") for p in (rec.get("patches") or {}).values()))
 
 
 def _exercised(counted: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:

@@ -9,7 +9,11 @@ notes with its count and the fix, never skipped silently.
 Schema 1 (verl-ascend-ext up to 2026-12-03) grew without a bump: its records may lack ``ppid``, ``ranks``,
 ``ip``, ``actor_id``, ``errors`` and ``ended``, and carry ``dead_since`` (written by readers, which no longer
 write). Schema 2 adds, per patch, ``acts`` (how often an ``acts_when`` record acted) and ``stood_down`` (the paths
-on which its replacement ran without doing its work).
+on which its replacement ran without doing its work). Schema 3 adds ``job`` (the job a process belongs to: the
+driver's id, carried to every process it starts and every Ray worker), ``seen_dead`` (deaths of other processes this
+one noticed: who, when, how, so that a process that died without a word has a time of death) and ``teardown`` (written
+by the process the job watch runs in, verl's trainer: when its ``fit`` ended; a death after it is the teardown's, not a
+failure).
 Only the standard library and ``patching.outcomes`` (itself standard library only) are imported: every process
 loads this module at boot.
 """
@@ -20,8 +24,8 @@ from typing import Any
 
 from verl_ascend_ext.patching.outcomes import Observed
 
-SCHEMA = 2
-PREVIOUS = 1  # the schema ``upgrade`` reads
+SCHEMA = 3
+OLDER = (1, 2)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
 
 # Roles (``role``); a Ray actor's class is kept beside it (``actor_class``).
 DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
@@ -62,6 +66,9 @@ FIELDS: dict[str, Any] = {
     "patches": dict,  # patch id -> PATCH_FIELDS
     "errors": list,  # ERROR_FIELDS, each when it was raised
     "ended": None,  # ENDED_FIELDS, or None: running, or ended without a word
+    "job": None,  # the job's id (``JOB_ENV``): the driver's record name; None for a process of no job
+    "seen_dead": list,  # NOTICE_FIELDS: deaths of other processes this one noticed
+    "teardown": None,  # the trainer's process: when its fit ended (the job's teardown began), or None
 }
 PATCH_FIELDS: dict[str, Any] = {
     "status": "pending", "detail": "", "where": "", "target": "", "imported": False, "observed": EAGER,
@@ -71,12 +78,26 @@ PATCH_FIELDS: dict[str, Any] = {
 }
 ERROR_FIELDS = ("at", "by", "type", "message", "where")
 ENDED_FIELDS = ("at", "how", "code", "signal", "error")
+NOTICE_FIELDS = ("host", "pid", "proc_start", "role", "at", "how", "by")  # ``how``: what was seen ("no end recorded")
+JOB_ENV = "VERL_ASCEND_EXT_JOB"
+# field -> the JSON types its value may have (a reader names a record whose fields are of other types)
+TYPES: dict[str, tuple[type, ...]] = {
+    "host": (str,), "pid": (int,), "ppid": (int, type(None)), "proc_start": (int, type(None)),
+    "started": (int, float), "updated": (int, float), "role": (str,), "actor_class": (str, type(None)),
+    "ranks": (dict,), "actor_id": (str, type(None)), "loaded_by": (list,), "namespace": (str,), "gates": (dict,),
+    "patches": (dict,), "errors": (list,), "ended": (dict, type(None)), "job": (str, type(None)),
+    "seen_dead": (list,), "teardown": (int, float, type(None)),
+}
 # Fields a reader adds to what it read (never written by a process).
 READ_FIELDS = ("file", "alive")
 
 
 class SchemaError(ValueError):
     """A record that is not one this schema knows how to read."""
+
+
+class MalformedRecord(SchemaError):
+    """A record of a known schema whose fields do not have the schema's types (the reason names the field)."""
 
 
 def _default(value: Any) -> Any:
@@ -108,15 +129,33 @@ def upgrade(record: Any) -> dict[str, Any]:
     """``record`` as a schema-``SCHEMA`` record: as it is when it has this schema, completed when it has the
     previous one (the fields it lacks take their defaults; ``dead_since`` is dropped); SchemaError otherwise."""
     if not isinstance(record, dict):
-        raise SchemaError("not a JSON object")
+        raise MalformedRecord("not a JSON object")
     schema = record.get("schema")
-    if schema == SCHEMA:
-        return record
-    if schema != PREVIOUS:
+    if schema != SCHEMA and schema not in OLDER:
         raise SchemaError(f"schema {schema!r}")
-    out = {name: record[name] if name in record else _default(default) for name, default in FIELDS.items()}
-    out["schema"] = SCHEMA
-    out["patches"] = {pid: {name: entry[name] if name in entry else _default(default)
-                            for name, default in PATCH_FIELDS.items()}
-                      for pid, entry in (record.get("patches") or {}).items() if isinstance(entry, dict)}
+    if schema == SCHEMA:
+        out = record
+    else:
+        out = {name: record[name] if name in record else _default(default) for name, default in FIELDS.items()}
+        out["schema"] = SCHEMA
+        if isinstance(out["patches"], dict):
+            out["patches"] = {pid: {name: entry[name] if name in entry else _default(default)
+                                    for name, default in PATCH_FIELDS.items()}
+                              for pid, entry in out["patches"].items() if isinstance(entry, dict)}
+    check_types(out)
     return out
+
+
+def check_types(record: dict[str, Any]) -> None:
+    """MalformedRecord naming the first field whose value is not of the schema's types (a hand-edited or truncated
+    record that still parses as JSON), so that a reader names it rather than fails on it."""
+    for name, types in TYPES.items():
+        value = record.get(name, FIELDS[name]() if callable(FIELDS[name]) else FIELDS[name])
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise MalformedRecord(f"field {name!r} is {type(value).__name__} {value!r:.40}, not "
+                                  f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}")
+    for name, fields in (("errors", ERROR_FIELDS), ("seen_dead", NOTICE_FIELDS)):
+        if not all(isinstance(entry, dict) for entry in record.get(name) or []):
+            raise MalformedRecord(f"field {name!r} holds an entry that is not an object (each has {', '.join(fields)})")
+    if not all(isinstance(entry, dict) for entry in (record.get("patches") or {}).values()):
+        raise MalformedRecord("field 'patches' holds an entry that is not an object")

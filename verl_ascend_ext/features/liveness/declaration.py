@@ -1,0 +1,127 @@
+"""Feature declaration: the job watch's patch record and gate (loaded at discovery; no heavy imports).
+
+verl's driver waits on its TaskRunner with no bound (``ray.get(runner.run.remote(config))``); inside, the trainer,
+the rollout servers and their EngineCores wait on each other, mostly with no bound either. A process lost mid-job
+(SIGKILL, the OOM killer, a native crash) can leave every other waiting for ever: a dead vLLM EngineCore hangs a
+hybrid job. Two records run the trainer's ``fit`` (the v1 PPO trainer's in the TaskRunner, the fully-async trainer's
+in its actor: the process that waits on the rest) inside the job's watch (``runtime.records.watch``): a process of
+the job lost while it trains ends the job within seconds, naming it. (The driver itself cannot be patched for it:
+``python -m verl.trainer.main_ppo`` runs ``run_ppo`` as ``__main__``.) A third makes the fully-async rollouter's
+failed generation fail the job instead of ending the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from verl_ascend_ext.features.liveness.targets import GENERATION_ID, WATCH_FULLY_ASYNC_ID, WATCH_ID
+from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+from verl_ascend_ext.runtime.findings import Finding
+from verl_ascend_ext.runtime.hookspecs import hookimpl
+
+GATE = Gate(
+    "VERL_ASCEND_EXT_JOB_WATCH",
+    default=True,
+    doc="The driver watches the job's processes on its host: one lost mid-job (killed, crashed, ended by a signal "
+    "or an error) ends the job within seconds, named, instead of leaving the rest waiting on it.",
+)
+
+LIVENESS = r"aliveness|is_alive\("  # what a fit that watches its job's processes would call
+FIXED_NOTE = ("unexercised: no verl release watches the job's processes from its trainer; kept so that one that does "
+              "is recognised (and the watch stands aside)")
+WHY = ("verl's trainer waits on the job's other processes with no bound (the weight sync's ray.get, the rollout's "
+       "utility calls, the sample queue): a process lost mid-job (a dead vLLM EngineCore in hybrid mode) leaves the "
+       "job hanging, and a fully-async job may even end 'well' over it. The trainer runs inside a watch of the job's "
+       "processes: a lost one ends the job within seconds, named.")
+UPSTREAM = ("none (verl's start_worker_aliveness_check, which no trainer starts, watches WorkerDict actors only: an "
+            "actor whose EngineCore died is still alive to it)")
+
+
+def _watch_record(record_id: str, target: str, contains: tuple[str, ...], description: str, wrapper: str
+                  ) -> PatchRecord:
+    return PatchRecord(
+        id=record_id,
+        feature="liveness",
+        why=WHY,
+        target=target,
+        gate=GATE,
+        distribution="verl",
+        versions=">=0.9.0,<0.10",
+        original=Fingerprint(contains=contains, description=description),
+        fixed=Fingerprint(contains=(LIVENESS,), description="the trainer checks the job's processes are alive",
+                          kept=((LIVENESS, FIXED_NOTE),)),
+        wrapper=f"verl_ascend_ext.features.liveness.patch_code:{wrapper}",
+        upstream=UPSTREAM,
+        remove_when="verl's trainer ends a job whose process was lost, naming it",
+        traced=False,
+        acts_when="a process of the job is lost while the trainer runs (the watch ends the job)",
+    )
+
+
+# the process that drives training: verl's TaskRunner (hybrid, the v1 trainer main_ppo runs by default) and the
+# fully-async trainer's actor; it waits on the rest, so it is the one to end
+WATCH = _watch_record(
+    WATCH_ID, "verl.trainer.ppo.v1.trainer_base:PPOTrainer.fit",
+    (r"self\.on_train_begin\(\)",
+     r"while current_epoch < self\.config\.trainer\.total_epochs and self\.global_steps <= "
+     r"self\.total_training_steps:"),
+    "the v1 PPO trainer's loop of steps, with nothing watching the job's processes", "fit_watched")
+WATCH_FULLY_ASYNC = _watch_record(
+    WATCH_FULLY_ASYNC_ID, "verl.experimental.fully_async_policy.fully_async_trainer:FullyAsyncTrainer.fit",
+    (r"await self\.fit_step\(\)", r"except TrainingStopException:"),
+    "the fully-async trainer's loop of steps until the end of the data, with nothing watching the job's processes",
+    "fit_watched_async")
+
+
+ROLLOUTER = "verl.experimental.fully_async_policy.fully_async_rollouter"
+GENERATION_SWALLOWED = r"await asyncio\.gather\(generation_task, monitor_task, return_exceptions=True\)"
+END_SENTINEL = r"finally:(?:\n.*)*?\n\s*await self\.message_queue_client\.put_sample\(sample=None\)"
+FAILURE_SIGNAL = r"rollout_failure|RolloutFailure"
+
+GENERATION_FAILS_CLOSED = PatchRecord(
+    id=GENERATION_ID,
+    feature="liveness",
+    why="In fully-async mode an exception in the rollouter's generation ends the data: the generation's finally sends "
+    "the end-of-data sentinel, fit() swallows the exception (gather with return_exceptions=True), and the trainer "
+    "takes the sentinel as the end, validates, force-saves and exits 0 over a failed rollout (verl #6387). Here the "
+    "sentinel is held back while the generation runs and sent only when it completed, and fit() raises the "
+    "generation's exception: the job fails, and nothing claims a completed run.",
+    target=f"{ROLLOUTER}:FullyAsyncRollouter.fit",
+    gate=GATE,
+    distribution="verl",
+    versions=">=0.9.0,<0.10",
+    original=Fingerprint(
+        contains=(GENERATION_SWALLOWED,),
+        also=(Fingerprint(at=f"{ROLLOUTER}:FullyAsyncRollouter._streaming_generation_main", contains=(END_SENTINEL,)),),
+        description="fit() gathers the generation with return_exceptions=True, and the generation sends the "
+        "end-of-data sentinel in its finally, failed or not",
+    ),
+    fixed=Fingerprint(
+        contains=(FAILURE_SIGNAL,),
+        description="fit() carries a rollout failure to the trainer and the job (verl PR #6395's rollout_failure)",
+        kept=((FAILURE_SIGNAL, "unexercised: verl PR #6395 is not in a release yet; kept so that a verl that "
+               "carries it is recognised"),),
+    ),
+    wrapper="verl_ascend_ext.features.liveness.generation:fit_fails_closed",
+    upstream="verl issue #6387, PR #6395 (open)",
+    remove_when="the minimum supported verl carries verl PR #6395 or its equal",
+    traced=False,
+    acts_when="the rollouter's generation raised (the job fails on it instead of ending the data)",
+)
+
+
+@hookimpl
+def verl_ascend_ext_gates() -> list[Gate]:
+    return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_patch_records() -> list[PatchRecord]:
+    return [WATCH, WATCH_FULLY_ASYNC, GENERATION_FAILS_CLOSED]
+
+
+@hookimpl
+def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
+    from verl_ascend_ext.features.liveness.checks import doctor_findings
+
+    return doctor_findings(environ, GATE)

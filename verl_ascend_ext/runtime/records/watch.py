@@ -1,0 +1,126 @@
+"""A job's watch: a process of the job lost mid-job is noticed within seconds, its death recorded, the job ended.
+
+A training job is many processes waiting on each other (the driver on its TaskRunner, the trainer on the rollout,
+a vLLM server on its EngineCore, ranks on each other's collectives). When one of them dies, the one waiting on it
+may wait for ever: verl's waits are unbounded or bounded by a collective timeout of half an hour. Rather than bound
+each wait (which would also fail a peer that is only slow), the job watches the liveness of its own processes: a
+daemon thread in the process that drives training (verl's trainer: ``features.liveness``) reads, every
+``INTERVAL`` seconds, the records of the job's processes on its host
+(``records.reader``, unchanged files not parsed again) and checks each against ``/proc``. A process of the job that
+is gone with no recorded end (SIGKILL, the OOM killer, a native crash), or that ended by a signal, an exception or
+a non-zero exit, while the job runs, is lost: the watch records the death in its process's own record
+(``seen_dead``: who, when it was seen, how), so that ``verl-ascend status`` knows when a process that left no word
+died, and calls ``on_loss`` once. A process that is alive is never failed, however slow it is (a stalled live
+process is left to the bounds that exist: the weight-sync barrier's, the collectives').
+
+Which processes: the records that carry the job's id (``schema.JOB_ENV``, set by the driver at boot and carried to
+every process it starts and every Ray worker), on this host, of the roles that do the job's work (Ray actors, vLLM
+frontends, EngineCores, vLLM workers: ``outcome.works``); an idle pool worker of Ray, which never got an actor, is
+Ray's to end.
+Only the standard library is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verl_ascend_ext.runtime.records import identity
+from verl_ascend_ext.runtime.records.outcome import NO_WORD, clock, label, works
+from verl_ascend_ext.runtime.records.reader import Cache, read_records
+from verl_ascend_ext.runtime.records.schema import EXCEPTION, EXIT, SIGNAL
+
+logger = logging.getLogger("verl_ascend_ext")
+
+INTERVAL = 1.0  # seconds between two looks at the job's processes
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A process of the job lost while the job ran: its record and the notice the watch recorded."""
+
+    record: dict[str, Any]
+    notice: dict[str, Any]
+
+    def describe(self) -> str:
+        rec = self.record
+        return (f"{label(rec)} (host {rec.get('host')}, pid {rec.get('pid')}) {self.notice['how']}, "
+                f"seen at {clock(self.notice['at'])}")
+
+
+def how_lost(rec: dict[str, Any], alive: Callable[[int, int | None], bool] = identity.alive) -> str | None:
+    """How a process of this host was lost, from its record and ``/proc``; None when it runs or ended well."""
+    ended = rec.get("ended")
+    if not ended:
+        return None if alive(int(rec["pid"]), rec.get("proc_start")) else NO_WORD
+    how, code = ended.get("how"), ended.get("code")
+    if how == SIGNAL:
+        return f"ended by {ended.get('signal')}"
+    if how == EXCEPTION:
+        return f"ended by exception {((ended.get('error') or [{}])[-1]).get('type')}"
+    if how == EXIT and code not in (0, None):
+        return f"ended with exit {code}"
+    return None
+
+
+def watched(rec: dict[str, Any], job: str, host: str) -> bool:
+    """Whether ``rec`` is a process the watch of ``job`` on ``host`` looks after."""
+    return rec.get("job") == job and rec.get("host") == host and int(rec.get("pid", 0)) != os.getpid() and works(rec)
+
+
+class JobWatch:
+    """The watch of ``job``'s processes on this host (see the module's docstring); ``on_loss`` is called once, from
+    the watch's thread, with every loss found in the look that found the first, unless ``stop`` came first (the
+    job's teardown began: its deaths are no losses)."""
+
+    def __init__(self, job: str, base: str, on_loss: Callable[[list[Loss]], None], by: str,
+                 interval: float = INTERVAL) -> None:
+        self.job, self.base, self.on_loss, self.by, self.interval = job, base, on_loss, by, interval
+        self.host = socket.gethostname()
+        self.cache: Cache = {}
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def look(self) -> list[Loss]:
+        """One look: the job's processes lost so far (each noticed once), first lost first."""
+        records, _ = read_records(self.base, cache=self.cache)
+        now = time.time()
+        losses = []
+        for rec in records:
+            if not watched(rec, self.job, self.host):
+                continue
+            how = how_lost(rec)
+            if how is None:
+                continue
+            at = now if how == NO_WORD else float((rec.get("ended") or {}).get("at") or now)
+            notice = {"host": rec.get("host"), "pid": rec.get("pid"), "proc_start": rec.get("proc_start"),
+                      "role": label(rec), "at": at, "how": how, "by": self.by}
+            losses.append(Loss(rec, notice))
+        return sorted(losses, key=lambda loss: loss.notice["at"])
+
+    def start(self) -> JobWatch:
+        self.thread = threading.Thread(target=self._run, name="verl-ascend-ext-job-watch", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                losses = self.look()
+            except OSError as err:  # the status directory went away or turned unreadable: nothing left to watch
+                logger.warning("verl-ascend-ext: the job watch stopped: %s: %s", type(err).__name__, err)
+                return
+            if self.stopped.is_set():  # after the look: what it found was lost before the job's end began
+                return
+            if losses:
+                self.on_loss(losses)
+                return
