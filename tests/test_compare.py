@@ -73,8 +73,8 @@ def test_two_runs_of_the_same_code_agree_and_a_shifted_metric_fails_naming_it(tm
     same = write_log(tmp_path / "same.log", seed=1)
     slow = write_log(tmp_path / "slow.log", seed=2, throughput=900.0)  # -10 %, noise ~1 %
     report = compare(base, same, "--json", check_rc=0)
-    assert verdicts(report) == {"memory": OK, "throughput": OK, "step time": OK, "reward": OK,
-                                "rollout-actor gap": OK, "rollout-actor correlation": "not logged",
+    assert verdicts(report) == {"memory": OK, "actor memory": "not logged", "throughput": OK, "step time": OK,
+                                "reward": OK, "rollout-actor gap": OK, "rollout-actor correlation": "not logged",
                                 "distillation loss": "not logged"}
     report = compare(base, slow, "--json", check_rc=1)
     assert report["failed"] == ["throughput"] and verdicts(report)["throughput"] == FAIL

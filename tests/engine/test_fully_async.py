@@ -162,7 +162,7 @@ def test_a_killed_trainer_rank_is_named_first_and_its_last_checkpoint_resumes(jo
     killed = done.rank(1)
     assert report["outcome"]["state"] == "failed" and report["exit_code"] == 1, report["outcome"]
     assert (first["role"], first["pid"]) == ("ray-worker WorkerDict rank 1", killed["pid"]), first
-    assert first["how"].startswith("ended without a word"), first  # seen dead by the driver's watch, or named by Ray
+    assert first["how"].startswith("ended without a word"), first  # seen dead by the job's watch, or named by Ray
     assert done.fault_to_end is not None and done.fault_to_end <= 30, done.explain()  # 44 s before the job watch
     resumed = jobs["fully-async-resumed"].ok()
     steps = trained(resumed)

@@ -4,9 +4,9 @@ EngineCore SIGKILLed mid-job (``JobSpec.kill``, as the OOM killer would), in hyb
 Before the watch, a dead EngineCore hung a hybrid job (the vLLM server logged ``EngineDeadError``; the driver, the
 TaskRunner and the actor ranks waited on with no log line, 12 min until killed from outside), and in fully-async mode
 the job exited 1 with the driver blamed, or 0 "ended well", by timing. Now: exit 1 within seconds of the kill, the
-driver's error naming the EngineCore, `verl-ascend status` naming it first with the time the driver's watch saw it
-dead (the job watch runs in the trainer's process: it ends itself, and the driver's wait on it fails), and the
-last whole checkpoint left as it was.
+job's log naming the EngineCore (`JobProcessLost:`), `verl-ascend status` naming it first with the time the job's
+watch saw it dead (the job watch runs in the trainer's process: it ends itself, and the driver's wait on it fails),
+and the last whole checkpoint left as it was.
 """
 
 from __future__ import annotations

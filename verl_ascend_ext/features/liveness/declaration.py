@@ -22,8 +22,8 @@ from verl_ascend_ext.runtime.hookspecs import hookimpl
 GATE = Gate(
     "VERL_ASCEND_EXT_JOB_WATCH",
     default=True,
-    doc="The driver watches the job's processes on its host: one lost mid-job (killed, crashed, ended by a signal "
-    "or an error) ends the job within seconds, named, instead of leaving the rest waiting on it.",
+    doc="verl's trainer watches the job's processes on its host: one lost mid-job (killed, crashed, ended by a "
+    "signal or an error) ends the job within seconds, named, instead of leaving the rest waiting on it.",
 )
 
 LIVENESS = r"aliveness|is_alive\("  # what a fit that watches its job's processes would call

@@ -3,8 +3,8 @@
 A record says how its process ended (``ended``, from ``process_end``) and which errors the plugin raised in
 it (``errors``, at the moment they were raised). A process whose record is dead without an end ended
 "without a word" (SIGKILL, the OOM killer, a native crash, a lost host); when another process noticed its death
-(``seen_dead``: the job's watch in the driver, ``records.watch``), the time it was first seen dead is its time of
-death; otherwise only the time its record was last written is known, which may date from its boot.
+(``seen_dead``: the job's watch in the trainer's process, ``records.watch``), the time it was first seen dead is
+its time of death; otherwise only the time its record was last written is known, which may date from its boot.
 
 The job's outcome: running while its driver (the newest driver record) runs; failed when the driver failed (an
 exception, a signal, a non-zero exit, or no word) or when a process doing the job's work (a Ray actor, a vLLM

@@ -3,8 +3,10 @@
 The defaults are the anchors of verl's nightly Ascend CI (verl-ascend-recipe's ``baseline/check_npu.py``): the last
 step's peak memory may grow by 1 GB; over steps 5-14, throughput may drop by 5 %, step time grow by 5 %, the reward
 mean move by 0.05 either way, the rollout-vs-actor log-probability gap by 5 % either way. The plugin adds its own:
-the rollout-vs-actor probability correlation (a fix that stopped acting on the rollout shows there first) and the
-distillation loss where the run distils. A default rule whose metric neither run logged is reported as not logged.
+the same memory bound on the name verl 0.9's v1 trainer (``trainer.use_v1``, its default) logs the peak under
+(``actor/perf/max_memory_allocated_gb``; the nightly's name is the legacy workers'), the rollout-vs-actor probability
+correlation (a fix that stopped acting on the rollout shows there first) and the distillation loss where the run
+distils. A default rule whose metric neither run logged is reported as not logged.
 
 A rules file (TOML) overrides a default of the same name or adds one::
 
@@ -98,6 +100,7 @@ def _rule(name: str, metric: str, window: tuple[int, int] | None, stat: str, bou
 STEADY = (5, 14)  # check_npu.py: steps 5-14, after the warm-up steps
 DEFAULT_RULES: tuple[Rule, ...] = (
     _rule("memory", "perf/max_memory_allocated_gb", None, "last", "+1"),
+    _rule("actor memory", "actor/perf/max_memory_allocated_gb", None, "last", "+1"),
     _rule("throughput", "perf/throughput", STEADY, "mean", "-5%"),
     _rule("step time", "timing_s/step", STEADY, "mean", "+5%"),
     _rule("reward", "critic/score/mean", STEADY, "mean", "±0.05"),
