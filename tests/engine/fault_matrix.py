@@ -5,8 +5,10 @@ A cell is a declaration: a job of ``grpo/jobs.py``'s machinery (``JobSpec``) wit
 process, found in the job's records once step 1's checkpoint is complete; ``job.RankKiller``). For each cell the
 table gives the job's exit code, the seconds from the fault to the driver's end, what ``verl-ascend status`` names
 first (role, how), and the last whole checkpoint (verl's tracker, with its step directory present). A cell whose
-process was never found says so (the role does not exist in that mode). A stopped process that nothing bounds
-ends only at the harness's timeout (``--timeout``), which the table says.
+process was never found says so (the role does not exist in that mode). A stopped process (``stop:``) is ended by
+the job watch's bound on a stopped process (``VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT``, lowered here to
+``STOPPED_TIMEOUT``); its seconds from the fault to the job's end include that bound, which the table says. A job
+that nothing ends stops at the harness's timeout (``--timeout``), which the table says too.
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
     $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR]
@@ -41,8 +43,13 @@ FAULTS = (
                   "stop:engine-core", "vllm-worker", "actor:CheckpointEngineWorker", "actor:FullyAsyncAgentLoopWorker",
                   "actor:vLLMHttpServer")),
 )
-CELLS = {f"{base.name}/{fault}": replace(base, name=f"{base.name}-{fault.replace(':', '-')}", kill=f"{fault}@saved-1")
-         for base, faults in FAULTS for fault in faults}
+# a stopped process is lost after VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT seconds (default 600); the stop cells
+# lower it so that the matrix measures the bound ending the job, not the default's ten minutes
+STOPPED_TIMEOUT = 30
+CELLS = {f"{base.name}/{fault}": replace(
+    base, name=f"{base.name}-{fault.replace(':', '-')}", kill=f"{fault}@saved-1",
+    faults={"VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT": str(STOPPED_TIMEOUT)} if fault.startswith("stop:") else {})
+    for base, faults in FAULTS for fault in faults}
 
 
 def last_whole_checkpoint(job: Job) -> str:
@@ -60,6 +67,8 @@ def row(cell: str, job: Job, timeout: float) -> list[str]:
     named = f"{first.get('role')} ({'the killed process' if first.get('pid') == job.killed else 'ANOTHER'}): " \
             f"{first.get('how')}" if first else "nothing"
     after = "timeout" if job.fault_to_end is None or job.fault_to_end >= timeout - 1 else f"{job.fault_to_end:.1f}"
+    if cell.split("/")[1].startswith("stop:") and after != "timeout":
+        after += f" (bound {STOPPED_TIMEOUT} s)"
     return [cell, str(job.returncode), after, named, last_whole_checkpoint(job)]
 
 

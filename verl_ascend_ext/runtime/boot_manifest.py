@@ -34,6 +34,7 @@ GATES = (
 # (variable, default, parser module:name, unit)
 SETTINGS = (
     ('VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
+    ('VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
 )
 
 # (patch id, target, gate variable, observed)

@@ -5,7 +5,8 @@ the rollout servers and their EngineCores wait on each other, mostly with no bou
 (SIGKILL, the OOM killer, a native crash) can leave every other waiting for ever: a dead vLLM EngineCore hangs a
 hybrid job. Two records run the trainer's ``fit`` (the v1 PPO trainer's in the TaskRunner, the fully-async trainer's
 in its actor: the process that waits on the rest) inside the job's watch (``runtime.records.watch``): a process of
-the job lost while it trains ends the job within seconds, naming it. (The driver itself cannot be patched for it:
+the job lost while it trains ends the job within seconds, naming it; so does one stopped (SIGSTOP, a tracer) for
+``STOPPED_TIMEOUT`` seconds on end, which nothing else bounds. (The driver itself cannot be patched for it:
 ``python -m verl.trainer.main_ppo`` runs ``run_ppo`` as ``__main__``.) A third makes the fully-async rollouter's
 failed generation fail the job instead of ending the data.
 """
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 
 from verl_ascend_ext.features.liveness.targets import GENERATION_ID, WATCH_FULLY_ASYNC_ID, WATCH_ID
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
+from verl_ascend_ext.patching.gates import Setting, positive_seconds
 from verl_ascend_ext.runtime.findings import Finding
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
@@ -24,6 +26,15 @@ GATE = Gate(
     default=True,
     doc="verl's trainer watches the job's processes on its host: one lost mid-job (killed, crashed, ended by a "
     "signal or an error) ends the job within seconds, named, instead of leaving the rest waiting on it.",
+)
+STOPPED_TIMEOUT = Setting(
+    "VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT",
+    default=600.0,
+    doc="Seconds a process of the job may stay stopped (SIGSTOP, SIGTSTP, a tracer) while the trainer runs; then the "
+    "job watch ends the job, naming it (default 600: verl's own collective timeout; a debugger's shorter pause is "
+    "left alone). A running process is never ended for being slow.",
+    parse=positive_seconds,
+    unit="s",
 )
 
 LIVENESS = r"aliveness|is_alive\("  # what a fit that watches its job's processes would call
@@ -113,6 +124,11 @@ GENERATION_FAILS_CLOSED = PatchRecord(
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE]
+
+
+@hookimpl
+def verl_ascend_ext_settings() -> list[Setting]:
+    return [STOPPED_TIMEOUT]
 
 
 @hookimpl

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from verl_ascend_ext.features.liveness.declaration import STOPPED_TIMEOUT
 from verl_ascend_ext.features.liveness.targets import WATCH_FULLY_ASYNC_ID, WATCH_ID
 from verl_ascend_ext.patching.status import acted
 from verl_ascend_ext.runtime.records import process_end, recorder, store
@@ -69,7 +70,8 @@ def watching(record_id: str) -> Iterator[None]:
     if job is None:
         yield
         return
-    watch = JobWatch(job, store.base_dir(), ender(record_id), by=f"the job watch of pid {os.getpid()}").start()
+    watch = JobWatch(job, store.base_dir(), ender(record_id), by=f"the job watch of pid {os.getpid()}",
+                     stopped_limit=STOPPED_TIMEOUT.read()).start()
     try:
         yield
     finally:

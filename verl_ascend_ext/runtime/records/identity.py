@@ -84,6 +84,13 @@ def alive(pid: int, ticks: int | None) -> bool:
     return True
 
 
+def stopped(pid: int, ticks: int | None) -> bool:
+    """Whether the process ``pid`` that started at ``ticks`` is stopped (state T: SIGSTOP, SIGTSTP; t: a tracer):
+    alive, but it cannot run until it is continued."""
+    found = _stat(pid)
+    return found is not None and found[0] in ("T", "t") and (ticks is None or found[1] == ticks)
+
+
 def ray_actor(title: str) -> str | None:
     """Actor class (or task name) from a Ray worker's title ``ray::Name.method`` / ``ray::Name``, or a named
     actor's ``ray::<actor name>:<...>:Name.method``; None when idle."""

@@ -4,7 +4,9 @@ A record says how its process ended (``ended``, from ``process_end``) and which 
 it (``errors``, at the moment they were raised). A process whose record is dead without an end ended
 "without a word" (SIGKILL, the OOM killer, a native crash, a lost host); when another process noticed its death
 (``seen_dead``: the job's watch in the trainer's process, ``records.watch``), the time it was first seen dead is
-its time of death; otherwise only the time its record was last written is known, which may date from its boot.
+its time of death; otherwise only the time its record was last written is known, which may date from its boot. A
+process the watch found stopped too long (a notice whose ``how`` begins with ``STOPPED``) failed when it was first
+seen stopped, whether it has died since or is still stopped.
 
 The job's outcome: running while its driver (the newest driver record) runs; failed when the driver failed (an
 exception, a signal, a non-zero exit, or no word) or when a process doing the job's work (a Ray actor, a vLLM
@@ -44,7 +46,8 @@ ACTOR_ID = re.compile(r"\bactor_id:\s*([0-9a-f]{8,})")  # Ray's ActorDiedError: 
 PID = re.compile(r"\bpid(?:[:=]\s*|\s+)(\d+)")  # "pid: 8367" (Ray), "pid 8367" (ours), "pid=8367"
 RUNNING, ENDED_WELL, FAILED, UNKNOWN = "running", "ended well", "failed", "unknown"
 NO_WORD = "ended without a word"
-DIED = "died"  # a failure event: a death without a word, seen by another process
+DIED = "died"  # a failure event: a death without a word (or a stop too long), seen by another process
+STOPPED = "stopped"  # how a notice of a process stopped too long begins (``records.watch``)
 WORKING_ROLES = (RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER)
 
 
@@ -74,6 +77,11 @@ def deaths_seen(records: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dic
     return out
 
 
+def stopped_too_long(notice: dict[str, Any] | None) -> bool:
+    """Whether a notice is of a process the job's watch found stopped too long (not of a death)."""
+    return notice is not None and str(notice.get("how", "")).startswith(STOPPED)
+
+
 def label(rec: dict[str, Any]) -> str:
     """Role, actor class and ranks: ``ray-worker WorkerDict rank 1``, ``engine-core dp rank 0``."""
     out = str(rec.get("role"))
@@ -100,13 +108,15 @@ def end_of(rec: dict[str, Any], last_record: bool = True, seen: dict[str, Any] |
     """One line on how the process ended (or that it runs); for one that ended without a word, when it was seen dead
     (``seen``: a notice) or else the time of its last record, unless ``last_record`` is false."""
     if rec.get("alive"):
-        return "running"
+        return f"running, {seen.get('how')} (seen by {seen.get('by')})" if stopped_too_long(seen) else "running"
     ended = rec.get("ended")
     if not ended:
         if rec.get("alive") is not False and seen is None:
             return "?"
         if not last_record:
             return NO_WORD
+        if stopped_too_long(seen):
+            return f"{NO_WORD}, after it was seen {seen.get('how')} at {clock(seen.get('at'))} by {seen.get('by')}"
         if seen is not None:
             return f"{NO_WORD} (seen dead {clock(seen.get('at'))} by {seen.get('by')})"
         return f"{NO_WORD} (last record {clock(rec.get('updated'))})"
@@ -124,10 +134,11 @@ def end_of(rec: dict[str, Any], last_record: bool = True, seen: dict[str, Any] |
 
 def failure_events(rec: dict[str, Any], seen: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The failures ``rec`` recorded, each with its time: errors the plugin raised, then a failing end; for a
-    process that ended without a word and was seen dead (``seen``), its death then."""
+    process that ended without a word and was seen dead (``seen``), its death then; for one seen stopped too long,
+    dead since or not, that stop."""
     out = [{"at": e.get("at"), "kind": "raised", "by": e.get("by"), "chain": [e]} for e in rec.get("errors") or []]
-    if seen is not None and not rec.get("ended") and rec.get("alive") is not True:
-        out.append({"at": seen.get("at"), "kind": DIED, "by": seen.get("by"), "chain": []})
+    if seen is not None and not rec.get("ended") and (rec.get("alive") is not True or stopped_too_long(seen)):
+        out.append({"at": seen.get("at"), "kind": DIED, "by": seen.get("by"), "how": seen.get("how"), "chain": []})
     ended = rec.get("ended") or {}
     how, code = ended.get("how"), ended.get("code")
     if how in (EXCEPTION, SIGNAL) or (how == EXIT and code not in (0, None)):
@@ -241,12 +252,17 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     elif events:
         event, first = events[0]
         innermost = event["chain"][-1] if event["chain"] else {}
+        stop = event["kind"] == DIED and stopped_too_long(event)
         how = {"raised": f"raised {innermost.get('type')} ({event.get('by')})", SIGNAL: str(event.get("signal")),
-               EXCEPTION: f"exception {innermost.get('type')}", DIED: f"{NO_WORD}, seen dead by {event.get('by')}"
-               }.get(event["kind"], f"exit {event.get('code')}")
+               EXCEPTION: f"exception {innermost.get('type')}",
+               DIED: f"{event.get('how')}, seen by {event.get('by')}" if stop
+               else f"{NO_WORD}, seen dead by {event.get('by')}"}.get(event["kind"], f"exit {event.get('code')}")
         out["first_failure"] = {**_who(first, seen.get(identity_of(first))), "how": how, "at": event["at"],
                                 "where": innermost.get("where"), "chain": event["chain"]}
-        if event["kind"] == DIED:
+        if stop:
+            out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) "
+                                 f"{event.get('how')}; first seen stopped {clock(event['at'])}")
+        elif event["kind"] == DIED:
             out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) {NO_WORD} "
                                  f"(SIGKILL, the OOM killer, a native crash); its last record "
                                  f"{clock(first.get('updated'))}, seen dead {clock(event['at'])}")

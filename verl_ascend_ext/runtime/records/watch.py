@@ -10,8 +10,12 @@ daemon thread in the process that drives training (verl's trainer: ``features.li
 is gone with no recorded end (SIGKILL, the OOM killer, a native crash), or that ended by a signal, an exception or
 a non-zero exit, while the job runs, is lost: the watch records the death in its process's own record
 (``seen_dead``: who, when it was seen, how), so that ``verl-ascend status`` knows when a process that left no word
-died, and calls ``on_loss`` once. A process that is alive is never failed, however slow it is (a stalled live
-process is left to the bounds that exist: the weight-sync barrier's, the collectives').
+died, and calls ``on_loss`` once. A process that runs is never failed, however slow it is (a slow or stalled
+running process is left to the bounds that exist: the weight-sync barrier's, the collectives'). A stopped one
+(``/proc`` state T: SIGSTOP, SIGTSTP, a tracer) cannot run at all until it is continued, and nothing else bounds the
+wait on it: one stopped for ``stopped_limit`` seconds on end (``VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT``, read by
+the feature) is lost too, its notice saying how long it was stopped (``outcome.STOPPED``), dated when it was first
+seen stopped.
 
 Which processes: the records that carry the job's id (``schema.JOB_ENV``, set by the driver at boot and carried to
 every process it starts and every Ray worker), on this host, of the roles that do the job's work (Ray actors, vLLM
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_ascend_ext.runtime.records import identity
-from verl_ascend_ext.runtime.records.outcome import NO_WORD, clock, label, works
+from verl_ascend_ext.runtime.records.outcome import NO_WORD, STOPPED, clock, label, works
 from verl_ascend_ext.runtime.records.reader import Cache, read_records
 from verl_ascend_ext.runtime.records.schema import EXCEPTION, EXIT, SIGNAL
 
@@ -80,8 +84,10 @@ class JobWatch:
     job's teardown began: its deaths are no losses)."""
 
     def __init__(self, job: str, base: str, on_loss: Callable[[list[Loss]], None], by: str,
-                 interval: float = INTERVAL) -> None:
+                 interval: float = INTERVAL, stopped_limit: float | None = None) -> None:
         self.job, self.base, self.on_loss, self.by, self.interval = job, base, on_loss, by, interval
+        self.stopped_limit = stopped_limit  # None: a stopped process is never lost
+        self.stopped_since: dict[tuple[Any, Any], float] = {}  # (pid, start) -> when first seen stopped
         self.host = socket.gethostname()
         self.cache: Cache = {}
         self.stopped = threading.Event()
@@ -96,13 +102,28 @@ class JobWatch:
             if not watched(rec, self.job, self.host):
                 continue
             how = how_lost(rec)
-            if how is None:
-                continue
-            at = now if how == NO_WORD else float((rec.get("ended") or {}).get("at") or now)
+            if how is not None:
+                at = now if how == NO_WORD else float((rec.get("ended") or {}).get("at") or now)
+            else:
+                how, at = self._stopped_too_long(rec, now)
+                if how is None:
+                    continue
             notice = {"host": rec.get("host"), "pid": rec.get("pid"), "proc_start": rec.get("proc_start"),
                       "role": label(rec), "at": at, "how": how, "by": self.by}
             losses.append(Loss(rec, notice))
         return sorted(losses, key=lambda loss: loss.notice["at"])
+
+    def _stopped_too_long(self, rec: dict[str, Any], now: float) -> tuple[str | None, float]:
+        """(how, since) for a running process stopped for ``stopped_limit`` seconds on end; (None, now) otherwise."""
+        key = (rec.get("pid"), rec.get("proc_start"))
+        if rec.get("ended") or not identity.stopped(int(rec["pid"]), rec.get("proc_start")):
+            self.stopped_since.pop(key, None)
+            return None, now
+        since = self.stopped_since.setdefault(key, now)
+        if self.stopped_limit is None or now - since < self.stopped_limit:
+            return None, now
+        return (f"{STOPPED} for {now - since:.0f} s (SIGSTOP, SIGTSTP or a tracer), the job watch's bound on a "
+                f"stopped process being {self.stopped_limit:g} s"), since
 
     def start(self) -> JobWatch:
         self.thread = threading.Thread(target=self._run, name="verl-ascend-ext-job-watch", daemon=True)
