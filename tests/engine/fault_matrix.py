@@ -14,7 +14,9 @@ that nothing ends stops at the harness's timeout (``--timeout``), which the tabl
     $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR]
 
 CI runs the cells that ride its jobs (``tests/engine``: actor rank 1 in hybrid mode, trainer rank 1 and the
-EngineCore in fully-async mode, the EngineCore in hybrid mode, a stalled rank, the route check on one rank).
+EngineCore in fully-async mode, the EngineCore in hybrid mode, a stalled rank, the route check over a whole
+step's corrupted routes). The one-rank route check (``moe/route-check-one-sample``: one sample's routes corrupted)
+is a cell here: its seconds run from the check's error to the driver's end.
 """
 
 from __future__ import annotations
@@ -30,17 +32,17 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from grpo.job import TRACKER, Job, run  # noqa: E402
-from grpo.jobs import JobSpec  # noqa: E402
+from grpo.jobs import JOBS, JobSpec  # noqa: E402
 
 HYBRID = JobSpec("hybrid", verl="0.9.0", steps=2, save_every=1)
 FULLY_ASYNC = JobSpec("fully-async", verl="0.9.0", mode="fully-async", actor="megatron",
                       layout={"tensor_model_parallel_size": 2}, steps=3, save_every=1,
                       recipe="glm5_2_megatron_fully_async")
 FAULTS = (
-    (HYBRID, ("trainer-rank1", "engine-core", "stop:engine-core", "vllm-worker", "actor:AgentLoopWorker",
-             "actor:vLLMHttpServer", "actor:TaskRunner")),
+    (HYBRID, ("trainer-rank1", "engine-core", "stop:engine-core", "vllm-worker", "actor:AgentLoopWorkerTQ",
+             "actor:vLLMHttpServer", "actor:TaskRunnerV1")),
     (FULLY_ASYNC, ("trainer-rank1", "actor:FullyAsyncRollouter", "actor:MessageQueue", "engine-core",
-                  "stop:engine-core", "vllm-worker", "actor:CheckpointEngineWorker", "actor:FullyAsyncAgentLoopWorker",
+                  "stop:engine-core", "vllm-worker", "actor:CheckpointEngineWorker", "actor:AgentLoopWorker",
                   "actor:vLLMHttpServer")),
 )
 # a stopped process is lost after VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT seconds (default 600); the stop cells
@@ -50,6 +52,11 @@ CELLS = {f"{base.name}/{fault}": replace(
     base, name=f"{base.name}-{fault.replace(':', '-')}", kill=f"{fault}@saved-1",
     faults={"VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT": str(STOPPED_TIMEOUT)} if fault.startswith("stop:") else {})
     for base, faults in FAULTS for fault in faults}
+# R3 routes of one sample corrupted (each rollout server's first of step 2): the route check fires on the actor rank
+# that trains it; no process is killed, the fault is that rank's RouteCheckError
+ROUTE_CELL = "moe/route-check-one-sample"
+CELLS[ROUTE_CELL] = replace(JOBS["moe"], name="moe-route-check-one-sample",
+                            faults={"GRPO_PROBE_CORRUPT_ROUTES": "one@1"})
 
 
 def last_whole_checkpoint(job: Job) -> str:
@@ -60,7 +67,21 @@ def last_whole_checkpoint(job: Job) -> str:
     return f"step {step}" + ("" if (job.checkpoints / f"global_step_{step}" / "actor").is_dir() else " (MISSING)")
 
 
+def route_row(job: Job) -> list[str]:
+    """The one-rank route check's cell: the seconds from the check's error (its record's time) to the driver's end."""
+    report = job.status_json() if job.returncode in (0, 1) else {}
+    first = report.get("outcome", {}).get("first_failure") or {}
+    pid = (report.get("outcome", {}).get("driver") or {}).get("pid")
+    driver = next((p for p in report.get("processes", []) if p.get("role") == "driver" and p.get("pid") == pid), {})
+    end = (driver.get("ended") or {}).get("at")
+    after = "-" if end is None or first.get("at") is None else f"{end - first['at']:.1f}"
+    named = f"{first.get('role')}: {first.get('how')}" if first else "nothing"
+    return [ROUTE_CELL, str(job.returncode), after, named, last_whole_checkpoint(job)]
+
+
 def row(cell: str, job: Job, timeout: float) -> list[str]:
+    if cell == ROUTE_CELL:
+        return route_row(job)
     if job.killed is None:
         return [cell, str(job.returncode), "-", "the fault never fired: no such process in this mode", "-"]
     first = (job.status_json() if job.returncode in (0, 1) else {}).get("outcome", {}).get("first_failure") or {}

@@ -29,7 +29,9 @@ Does nothing unless its variables are set:
 - ``GRPO_PROBE_CORRUPT_ROUTES=zeros@N``: the corrupted-routes scenario of the MoE tier. From the rollout
   server's global step ``N`` on (verl hands each vLLM server the trainer's step with the weights,
   ``vLLMHttpServer.set_global_steps``), every generated sample's routed experts (R3) come back as zeros: what a
-  capture that never fills its buffer returns (vllm#49184), after a healthy start.
+  capture that never fills its buffer returns (vllm#49184), after a healthy start. ``one@N``: only the first
+  sample each rollout server generates from step ``N`` on (the route check then fires on the one actor rank that
+  trains it: the fault matrix's one-rank cell).
 - ``GRPO_PROBE_FAULT=stall|kill`` with ``GRPO_PROBE_FAULT_RANK=R`` and ``GRPO_PROBE_FAULT_SYNC=N``: the faults of
   the post-mortem scenarios. On actor rank R (verl's ``RANK``), right after its N-th weight update of the rollout
   (``ServerAdapter.update_weights`` returned, the N-th weight sync of that process: before the KV-cache resume and
@@ -62,8 +64,8 @@ FAULT = os.environ.get("GRPO_PROBE_FAULT")
 FAULTS = ("stall", "kill")
 if FAULT is not None and FAULT not in FAULTS:
     raise ValueError(f"GRPO_PROBE_FAULT={FAULT!r}: expected one of {FAULTS}")
-if CORRUPT is not None and not (CORRUPT.startswith("zeros@") and CORRUPT[6:].isdigit()):
-    raise ValueError(f"GRPO_PROBE_CORRUPT_ROUTES={CORRUPT!r}: expected zeros@<global step>")
+if CORRUPT is not None and not (CORRUPT.partition("@")[0] in ("zeros", "one") and CORRUPT.partition("@")[2].isdigit()):
+    raise ValueError(f"GRPO_PROBE_CORRUPT_ROUTES={CORRUPT!r}: expected zeros@<global step> or one@<global step>")
 
 
 if SEED:
@@ -103,11 +105,13 @@ if CORRUPT:
     def _corrupt_routes(module: ModuleType) -> None:
         server = module.vLLMHttpServer
         generate = server.generate
-        from_step = int(CORRUPT.partition("@")[2])
+        which, _, from_step = CORRUPT.partition("@")
+        left = itertools.count(0) if which == "zeros" else iter(range(1))  # samples still to corrupt
 
         async def generate_corrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = await generate(self, *args, **kwargs)
-            if out.routed_experts is not None and (self.global_steps or 0) >= from_step:
+            if out.routed_experts is not None and (self.global_steps or 0) >= int(from_step) and \
+                    next(left, None) is not None:
                 out.routed_experts = out.routed_experts * 0
             return out
 

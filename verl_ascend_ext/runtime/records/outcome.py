@@ -82,6 +82,23 @@ def stopped_too_long(notice: dict[str, Any] | None) -> bool:
     return notice is not None and str(notice.get("how", "")).startswith(STOPPED)
 
 
+def ancestors(rec: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of ``rec``'s parent, its parent's parent, ... on its host (by ``ppid``), nearest first."""
+    by_pid = {(r.get("host"), r.get("pid")): r for r in records}
+    out: list[dict[str, Any]] = []
+    parent = by_pid.get((rec.get("host"), rec.get("ppid")))
+    while parent is not None and parent is not rec and parent not in out:
+        out.append(parent)
+        parent = by_pid.get((parent.get("host"), parent.get("ppid")))
+    return out
+
+
+def causal_key(at: float | None, rec: dict[str, Any], records: list[dict[str, Any]], died: bool) -> tuple:
+    """The order of failures: by time; at the same time a silent death before a recorded end, a parent before its
+    child."""
+    return at or 0.0, not died, len(ancestors(rec, records))
+
+
 def label(rec: dict[str, Any]) -> str:
     """Role, actor class and ranks: ``ray-worker WorkerDict rank 1``, ``engine-core dp rank 0``."""
     out = str(rec.get("role"))
@@ -223,7 +240,7 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     driver = newest_driver(records)
     seen = deaths_seen(records)
     events = sorted(((ev, rec) for rec in records for ev in failure_events(rec, seen.get(identity_of(rec)))),
-                    key=lambda pair: pair[0]["at"] or 0.0)
+                    key=lambda pair: causal_key(pair[0]["at"], pair[1], records, pair[0]["kind"] == DIED))
     mid_job = lost_mid_job(records, driver, seen) if driver is not None and not driver.get("alive") else []
     if driver is None:
         state = FAILED if events else UNKNOWN

@@ -15,7 +15,10 @@ running process is left to the bounds that exist: the weight-sync barrier's, the
 (``/proc`` state T: SIGSTOP, SIGTSTP, a tracer) cannot run at all until it is continued, and nothing else bounds the
 wait on it: one stopped for ``stopped_limit`` seconds on end (``VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT``, read by
 the feature) is lost too, its notice saying how long it was stopped (``outcome.STOPPED``), dated when it was first
-seen stopped.
+seen stopped. A process lost without a word is dated no later than the recorded end of its kin that its death
+most likely caused (``dated_by_kin``): a vLLM server killed outright has its EngineCore's worker ended by SIGTERM,
+and a vLLM worker killed outright has its EngineCore exit 1, before the look that sees the silent death; the
+process that died silently, not its kin, failed first.
 
 Which processes: the records that carry the job's id (``schema.JOB_ENV``, set by the driver at boot and carried to
 every process it starts and every Ray worker), on this host, of the roles that do the job's work (Ray actors, vLLM
@@ -36,7 +39,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_ascend_ext.runtime.records import identity
-from verl_ascend_ext.runtime.records.outcome import NO_WORD, STOPPED, clock, label, works
+from verl_ascend_ext.runtime.records.outcome import (
+    NO_WORD,
+    STOPPED,
+    ancestors,
+    causal_key,
+    clock,
+    identity_of,
+    label,
+    works,
+)
 from verl_ascend_ext.runtime.records.reader import Cache, read_records
 from verl_ascend_ext.runtime.records.schema import EXCEPTION, EXIT, SIGNAL
 
@@ -78,6 +90,26 @@ def watched(rec: dict[str, Any], job: str, host: str) -> bool:
     return rec.get("job") == job and rec.get("host") == host and int(rec.get("pid", 0)) != os.getpid() and works(rec)
 
 
+def dated_by_kin(losses: list[Loss], records: list[dict[str, Any]]) -> None:
+    """Date each silent death of one look (seen at the look's time) no later than the recorded end it most likely
+    caused: a descendant's end by a signal (vLLM's processes are told to end when their parent dies), or an
+    ancestor's end by an error (vLLM's EngineCore exits when a worker of it dies). A silent death is known only to
+    lie between its last record and the look; the kin's end, in the same look, is the closer bound."""
+    silent = {identity_of(loss.record): loss for loss in losses if loss.notice["how"] == NO_WORD}
+    for loss in losses:
+        ended = loss.record.get("ended") or {}
+        if ended.get("at") is None:
+            continue
+        if ended.get("how") == SIGNAL:
+            kin = ancestors(loss.record, records)
+        else:
+            kin = [rec for rec in records if any(a is loss.record for a in ancestors(rec, records))]
+        for rec in kin:
+            hit = silent.get(identity_of(rec))
+            if hit is not None:
+                hit.notice["at"] = min(hit.notice["at"], float(ended["at"]))
+
+
 class JobWatch:
     """The watch of ``job``'s processes on this host (see the module's docstring); ``on_loss`` is called once, from
     the watch's thread, with every loss found in the look that found the first, unless ``stop`` came first (the
@@ -111,7 +143,10 @@ class JobWatch:
             notice = {"host": rec.get("host"), "pid": rec.get("pid"), "proc_start": rec.get("proc_start"),
                       "role": label(rec), "at": at, "how": how, "by": self.by}
             losses.append(Loss(rec, notice))
-        return sorted(losses, key=lambda loss: loss.notice["at"])
+        job = [rec for rec in records if rec.get("job") == self.job]
+        dated_by_kin(losses, job)
+        return sorted(losses, key=lambda loss: causal_key(loss.notice["at"], loss.record, job,
+                                                          loss.notice["how"] == NO_WORD))
 
     def _stopped_too_long(self, rec: dict[str, Any], now: float) -> tuple[str | None, float]:
         """(how, since) for a running process stopped for ``stopped_limit`` seconds on end; (None, now) otherwise."""

@@ -1,11 +1,14 @@
-"""The job watch's bound on a stopped process (issue 48): a process of the job stopped (SIGSTOP) for the bound's
-seconds on end is lost, its notice dated when it was first seen stopped; a shorter stop, or one continued before the
-bound, is not; ``verl-ascend status`` then names it first with how long it was stopped.
+"""The job watch (``runtime.records.watch``, issue 48) on real processes of this host: its bound on a stopped
+process (one stopped with SIGSTOP for the bound's seconds on end is lost, its notice dated when it was first seen
+stopped; a shorter stop, or one continued before the bound, is not; ``verl-ascend status`` then names it first with
+how long it was stopped), and the order of what one look finds (a process killed outright comes before the child
+that its death got ended by SIGTERM).
 
-A real child process (``sleep``) is stopped and continued; its record is written where the watch reads (the schema's
-factory, ``tests/records.py``). The watch runs in this process, as it runs in verl's trainer. In verl's own jobs
-the bound ends a hybrid and a fully-async job over a stopped EngineCore (``tests/engine/fault_matrix.py``'s
-``stop:engine-core`` cells).
+Real child processes (``sleep``) are stopped, continued or ended; their records are written where the watch reads
+(the schema's factory, ``tests/records.py``). The watch runs in this process, as it runs in verl's trainer. In
+verl's own jobs the bound ends a hybrid and a fully-async job over a stopped EngineCore, and a killed vLLM server is
+named before its EngineCore's worker (``tests/engine/fault_matrix.py``'s ``stop:engine-core`` and
+``actor:vLLMHttpServer`` cells); the watch ending those jobs is ``tests/engine/test_job_watch.py``.
 """
 
 from __future__ import annotations
@@ -136,3 +139,55 @@ def test_status_names_the_stopped_process_first_alive_or_killed_since(tmp_path: 
     # the mutant: without the notice, a stopped process that runs is nothing, and the trainer's exit comes first
     runner["seen_dead"] = []
     assert outcome([boss, runner, core])["first_failure"]["pid"] == 200
+
+
+def dead_pid() -> tuple[int, int | None]:
+    proc = subprocess.Popen(["sleep", "0"])
+    ticks = identity.start_ticks(proc.pid)
+    proc.wait()
+    return proc.pid, ticks
+
+
+SIGTERM = {"how": "signal", "signal": "SIGTERM", "code": None, "error": []}
+EXIT_1 = {"how": "exit", "code": 1, "error": []}
+
+
+@pytest.mark.parametrize(("killed", "kin_end"), [("server", "worker"), ("worker", "core")])
+def test_a_process_killed_outright_comes_before_the_kin_its_death_ended(tmp_path: Path, killed: str,
+                                                                        kin_end: str) -> None:
+    """The matrix's ``actor:vLLMHttpServer`` and ``fully-async/vllm-worker`` cells as records. A vLLM server
+    SIGKILLed: its EngineCore dead with it (no word), the EngineCore's worker ended by SIGTERM. A vLLM worker
+    SIGKILLed: its EngineCore exits 1 ("Worker proc died unexpectedly"). In both the kin's end is dated half a second
+    before the look that finds them all, and the look names the killed process first, dated no later than that end,
+    as does `status`; without the parent links (no ``ppid``) the kin's dated end would come first."""
+    host = socket.gethostname()
+    pids = {name: dead_pid() for name in ("server", "core", "worker")}
+    ended_at = time.time() - 0.5
+    parents = {"server": 1, "core": pids["server"][0], "worker": pids["core"][0]}
+    roles = {"server": "vllm-frontend", "core": "engine-core", "worker": "vllm-worker"}
+    recs = {name: record(pid=pid, proc_start=ticks, host=host, role=roles[name], job=JOB, ppid=parents[name],
+                         actor_class="vLLMHttpServer" if name == "server" else None,
+                         ended={"at": ended_at, **(SIGTERM if kin_end == "worker" else EXIT_1)}
+                         if name == kin_end else None)
+            for name, (pid, ticks) in pids.items()}
+    if killed == "worker":
+        recs["server"]["alive"] = True  # the server lives on: it is not lost
+        recs = {name: rec for name, rec in recs.items() if name != "server"} | {"server": recs["server"]}
+    for rec in recs.values():
+        write_record(tmp_path, rec)
+    if killed == "worker":  # a live server: this process stands in for it
+        recs["server"] = {**recs["server"], "pid": os.getpid(), "proc_start": identity.start_ticks()}
+        write_record(tmp_path, recs["server"])
+    losses = JobWatch(JOB, str(tmp_path), lambda _: None, by="the test's watch").look()
+    assert losses[0].record["pid"] == pids[killed][0], [loss.notice for loss in losses]
+    assert losses[0].notice["at"] == ended_at and losses[0].notice["how"] == "ended without a word"
+    dead = [{**rec, "alive": rec["pid"] == os.getpid()} for rec in recs.values()]  # as the reader finds them
+    runner = record(pid=200, role="ray-worker", actor_class="TaskRunnerV1", job=JOB, alive=False,
+                    seen_dead=[loss.notice for loss in losses], ended={"at": ended_at + 1, **EXIT_1})
+    first = outcome([*reversed(dead), runner])  # the records' order is not the order of failures
+    assert first["first_failure"]["pid"] == pids[killed][0], first
+    for rec in recs.values():  # the mutant: no parent links
+        rec["ppid"] = None
+        write_record(tmp_path, rec)
+    first_seen = JobWatch(JOB, str(tmp_path), lambda _: None, by="the test's watch").look()[0]
+    assert first_seen.record["pid"] == pids[kin_end][0], first_seen.notice
