@@ -152,42 +152,59 @@ SIGTERM = {"how": "signal", "signal": "SIGTERM", "code": None, "error": []}
 EXIT_1 = {"how": "exit", "code": 1, "error": []}
 
 
-@pytest.mark.parametrize(("killed", "kin_end"), [("server", "worker"), ("worker", "core")])
-def test_a_process_killed_outright_comes_before_the_kin_its_death_ended(tmp_path: Path, killed: str,
-                                                                        kin_end: str) -> None:
-    """The matrix's ``actor:vLLMHttpServer`` and ``fully-async/vllm-worker`` cells as records. A vLLM server
-    SIGKILLed: its EngineCore dead with it (no word), the EngineCore's worker ended by SIGTERM. A vLLM worker
-    SIGKILLed: its EngineCore exits 1 ("Worker proc died unexpectedly"). In both the kin's end is dated half a second
-    before the look that finds them all, and the look names the killed process first, dated no later than that end,
-    as does `status`; without the parent links (no ``ppid``) the kin's dated end would come first."""
-    host = socket.gethostname()
-    pids = {name: dead_pid() for name in ("server", "core", "worker")}
-    ended_at = time.time() - 0.5
-    parents = {"server": 1, "core": pids["server"][0], "worker": pids["core"][0]}
-    roles = {"server": "vllm-frontend", "core": "engine-core", "worker": "vllm-worker"}
-    recs = {name: record(pid=pid, proc_start=ticks, host=host, role=roles[name], job=JOB, ppid=parents[name],
-                         actor_class="vLLMHttpServer" if name == "server" else None,
-                         ended={"at": ended_at, **(SIGTERM if kin_end == "worker" else EXIT_1)}
-                         if name == kin_end else None)
-            for name, (pid, ticks) in pids.items()}
-    if killed == "worker":
-        recs["server"]["alive"] = True  # the server lives on: it is not lost
-        recs = {name: rec for name, rec in recs.items() if name != "server"} | {"server": recs["server"]}
-    for rec in recs.values():
-        write_record(tmp_path, rec)
-    if killed == "worker":  # a live server: this process stands in for it
-        recs["server"] = {**recs["server"], "pid": os.getpid(), "proc_start": identity.start_ticks()}
-        write_record(tmp_path, recs["server"])
+def write_dead(tmp_path: Path, role: str, ended: dict | None = None, ppid: int | None = 1, **fields) -> dict:
+    """The record of a process of the job that has ended (a real pid, gone), written where the watch reads."""
+    pid, ticks = dead_pid()
+    rec = record(pid=pid, proc_start=ticks, host=socket.gethostname(), role=role, job=JOB, ppid=ppid, ended=ended,
+                 **fields)
+    write_record(tmp_path, rec)
+    return rec
+
+
+def first_seen_and_named(tmp_path: Path, recs: list[dict]) -> tuple[int, int]:
+    """The pid the watch's look finds first, and the pid `status`'s outcome names first (the trainer's record
+    holding the look's notices, the records in reverse: their order is not the order of failures)."""
     losses = JobWatch(JOB, str(tmp_path), lambda _: None, by="the test's watch").look()
-    assert losses[0].record["pid"] == pids[killed][0], [loss.notice for loss in losses]
-    assert losses[0].notice["at"] == ended_at and losses[0].notice["how"] == "ended without a word"
-    dead = [{**rec, "alive": rec["pid"] == os.getpid()} for rec in recs.values()]  # as the reader finds them
     runner = record(pid=200, role="ray-worker", actor_class="TaskRunnerV1", job=JOB, alive=False,
-                    seen_dead=[loss.notice for loss in losses], ended={"at": ended_at + 1, **EXIT_1})
-    first = outcome([*reversed(dead), runner])  # the records' order is not the order of failures
-    assert first["first_failure"]["pid"] == pids[killed][0], first
-    for rec in recs.values():  # the mutant: no parent links
-        rec["ppid"] = None
-        write_record(tmp_path, rec)
-    first_seen = JobWatch(JOB, str(tmp_path), lambda _: None, by="the test's watch").look()[0]
-    assert first_seen.record["pid"] == pids[kin_end][0], first_seen.notice
+                    seen_dead=[loss.notice for loss in losses], ended={"at": time.time(), **EXIT_1})
+    dead = [{**rec, "alive": False} for rec in reversed(recs)]  # as the reader finds them
+    return losses[0].record["pid"], outcome([*dead, runner])["first_failure"]["pid"]
+
+
+def test_an_actor_killed_outright_comes_before_the_actor_ray_ended_by_sigterm_for_it(tmp_path: Path) -> None:
+    """The matrix's ``fully-async/actor:FullyAsyncRollouter`` cell as records: the rollouter SIGKILLed (no word),
+    the vLLM server it owns ended by SIGTERM (Ray's fate sharing) half a second before the look that finds both.
+    Not kin by ``ppid`` (both Ray workers): a signal is a request to end, a reaction, so the rollouter is named
+    first. The mutant: the server ending by an error (a cause, not a reaction) instead is named first."""
+    ended_at = time.time() - 0.5
+    rollouter = write_dead(tmp_path, "ray-worker", actor_class="FullyAsyncRollouter")
+    server = write_dead(tmp_path, "vllm-frontend", {"at": ended_at, **SIGTERM}, actor_class="vLLMHttpServer")
+    assert first_seen_and_named(tmp_path, [rollouter, server]) == (rollouter["pid"],) * 2
+    server["ended"] = {"at": ended_at, **EXIT_1}
+    write_record(tmp_path, server)
+    assert first_seen_and_named(tmp_path, [rollouter, server]) == (server["pid"],) * 2
+
+
+def test_a_server_killed_outright_comes_before_its_engine_core_and_the_worker_ended_by_sigterm(
+        tmp_path: Path) -> None:
+    """The matrix's ``actor:vLLMHttpServer`` cells as records: the server SIGKILLed, its EngineCore dead with it (no
+    word), the EngineCore's worker ended by SIGTERM. The server is named first: the two silent deaths come before
+    the signal, and a parent before its child."""
+    ended_at = time.time() - 0.5
+    server = write_dead(tmp_path, "vllm-frontend", actor_class="vLLMHttpServer")
+    core = write_dead(tmp_path, "engine-core", ppid=server["pid"])
+    worker = write_dead(tmp_path, "vllm-worker", {"at": ended_at, **SIGTERM}, ppid=core["pid"])
+    assert first_seen_and_named(tmp_path, [server, core, worker]) == (server["pid"],) * 2
+
+
+def test_a_worker_killed_outright_comes_before_its_engine_core_that_exited_on_it(tmp_path: Path) -> None:
+    """The matrix's ``vllm-worker`` cells as records: the worker SIGKILLed, its EngineCore exits 1 ("Worker proc
+    died unexpectedly") half a second before the look; the server lives on. The worker is named first, its parent's
+    error being a reaction to it; the mutant: without the parent link (no ``ppid``) the EngineCore is."""
+    ended_at = time.time() - 0.5
+    core = write_dead(tmp_path, "engine-core", {"at": ended_at, **EXIT_1})
+    worker = write_dead(tmp_path, "vllm-worker", ppid=core["pid"])
+    assert first_seen_and_named(tmp_path, [core, worker]) == (worker["pid"],) * 2
+    worker["ppid"] = None
+    write_record(tmp_path, worker)
+    assert first_seen_and_named(tmp_path, [core, worker]) == (core["pid"],) * 2

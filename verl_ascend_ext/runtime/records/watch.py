@@ -15,10 +15,11 @@ running process is left to the bounds that exist: the weight-sync barrier's, the
 (``/proc`` state T: SIGSTOP, SIGTSTP, a tracer) cannot run at all until it is continued, and nothing else bounds the
 wait on it: one stopped for ``stopped_limit`` seconds on end (``VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT``, read by
 the feature) is lost too, its notice saying how long it was stopped (``outcome.STOPPED``), dated when it was first
-seen stopped. A process lost without a word is dated no later than the recorded end of its kin that its death
-most likely caused (``dated_by_kin``): a vLLM server killed outright has its EngineCore's worker ended by SIGTERM,
-and a vLLM worker killed outright has its EngineCore exit 1, before the look that sees the silent death; the
-process that died silently, not its kin, failed first.
+seen stopped. A process lost without a word is dated no later than a recorded end in the same look that its
+death most likely caused (``date_silent_deaths``): a Ray actor killed outright has the actors it owns ended by
+SIGTERM (Ray's fate sharing), a vLLM server its EngineCore's worker, and a vLLM worker killed outright has its
+EngineCore exit 1, all before the look that sees the silent death; the process that died silently, not the one told
+to end, failed first.
 
 Which processes: the records that carry the job's id (``schema.JOB_ENV``, set by the driver at boot and carried to
 every process it starts and every Ray worker), on this host, of the roles that do the job's work (Ray actors, vLLM
@@ -55,6 +56,7 @@ from verl_ascend_ext.runtime.records.schema import EXCEPTION, EXIT, SIGNAL
 logger = logging.getLogger("verl_ascend_ext")
 
 INTERVAL = 1.0  # seconds between two looks at the job's processes
+RECENT = 5.0  # seconds before a look in which an end counts as part of it (a look, a record's write, a late write)
 
 
 @dataclass(frozen=True)
@@ -90,24 +92,25 @@ def watched(rec: dict[str, Any], job: str, host: str) -> bool:
     return rec.get("job") == job and rec.get("host") == host and int(rec.get("pid", 0)) != os.getpid() and works(rec)
 
 
-def dated_by_kin(losses: list[Loss], records: list[dict[str, Any]]) -> None:
-    """Date each silent death of one look (seen at the look's time) no later than the recorded end it most likely
-    caused: a descendant's end by a signal (vLLM's processes are told to end when their parent dies), or an
-    ancestor's end by an error (vLLM's EngineCore exits when a worker of it dies). A silent death is known only to
-    lie between its last record and the look; the kin's end, in the same look, is the closer bound."""
+def date_silent_deaths(losses: list[Loss], records: list[dict[str, Any]], now: float) -> None:
+    """Date each silent death of one look (seen at the look's time, ``now``) no later than the recorded end it most
+    likely caused. A process ended by a signal (the ends a record holds are requests to end: SIGTERM, SIGINT, SIGHUP)
+    was told to end, by Ray when the owner of an actor died (fate sharing), by vLLM when a parent died: a reaction,
+    so every silent death of the same look came no later than it. An ancestor's end by an error is one too (vLLM's
+    EngineCore exits when a worker of it dies). A silent death is known only to lie between its last record and the
+    look; the reaction, recorded in the same look, is the closer bound."""
     silent = {identity_of(loss.record): loss for loss in losses if loss.notice["how"] == NO_WORD}
     for loss in losses:
         ended = loss.record.get("ended") or {}
-        if ended.get("at") is None:
+        if ended.get("at") is None or float(ended["at"]) < now - RECENT:
             continue
         if ended.get("how") == SIGNAL:
-            kin = ancestors(loss.record, records)
+            caused_by = list(silent.values())
         else:
-            kin = [rec for rec in records if any(a is loss.record for a in ancestors(rec, records))]
-        for rec in kin:
-            hit = silent.get(identity_of(rec))
-            if hit is not None:
-                hit.notice["at"] = min(hit.notice["at"], float(ended["at"]))
+            caused_by = [silent[key] for rec in records if any(a is loss.record for a in ancestors(rec, records))
+                         if (key := identity_of(rec)) in silent]
+        for hit in caused_by:
+            hit.notice["at"] = min(hit.notice["at"], float(ended["at"]))
 
 
 class JobWatch:
@@ -144,7 +147,7 @@ class JobWatch:
                       "role": label(rec), "at": at, "how": how, "by": self.by}
             losses.append(Loss(rec, notice))
         job = [rec for rec in records if rec.get("job") == self.job]
-        dated_by_kin(losses, job)
+        date_silent_deaths(losses, job, now)
         return sorted(losses, key=lambda loss: causal_key(loss.notice["at"], loss.record, job,
                                                           loss.notice["how"] == NO_WORD))
 
