@@ -4,14 +4,16 @@ killed (SIGKILL) or stopped (SIGSTOP) mid-job, and how the job ended.
 A cell is a declaration: a job of ``grpo/jobs.py``'s machinery (``JobSpec``) with a fault (``JobSpec.kill``: the
 process, found in the job's records once step 1's checkpoint is complete; ``job.RankKiller``). For each cell the
 table gives the job's exit code, the seconds from the fault to the driver's end, what ``verl-ascend status`` names
-first (role, how), and the last whole checkpoint (verl's tracker, with its step directory present). A cell whose
+first (role, how), and the last whole checkpoint (verl's tracker, with its step directory present); with
+``--resume``, a job of the same declaration without the fault then starts from a copy of the cell's checkpoint
+directory (verl's ``resume_mode=auto``) and the column says whether it ended well past that step. A cell whose
 process was never found says so (the role does not exist in that mode). A stopped process (``stop:``) is ended by
 the job watch's bound on a stopped process (``VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT``, lowered here to
 ``STOPPED_TIMEOUT``); its seconds from the fault to the job's end include that bound, which the table says. A job
 that nothing ends stops at the harness's timeout (``--timeout``), which the table says too.
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
-    $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR]
+    $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR] [--resume]
 
 CI runs the cells that ride its jobs (``tests/engine``: actor rank 1 in hybrid mode, trainer rank 1 and the
 EngineCore in fully-async mode, the EngineCore in hybrid mode, a stalled rank, the route check over a whole
@@ -67,6 +69,20 @@ def last_whole_checkpoint(job: Job) -> str:
     return f"step {step}" + ("" if (job.checkpoints / f"global_step_{step}" / "actor").is_dir() else " (MISSING)")
 
 
+def resumed(spec: JobSpec, job: Job, workdir: Path, timeout: float) -> str:
+    """Whether the cell's last whole checkpoint resumes: the same job without the fault, from a copy of the cell's
+    checkpoint directory, ends well with a later step's checkpoint."""
+    before = last_whole_checkpoint(job)
+    if not before.startswith("step ") or before.endswith("(MISSING)"):
+        return before
+    again = replace(spec, name=f"{spec.name}-resumed", kill="", faults={}, resumes=spec.name, resume_step=None,
+                    steps=spec.steps + 1)
+    after = run(again, workdir / again.name, before=job, timeout=timeout)
+    if after.returncode != 0:
+        return f"{before}; its resume exit {after.returncode} (see {workdir / again.name})"
+    return f"{before}; resumed to {last_whole_checkpoint(after)}"
+
+
 def route_row(job: Job) -> list[str]:
     """The one-rank route check's cell: the seconds from the check's error (its record's time) to the driver's end."""
     report = job.status_json() if job.returncode in (0, 1) else {}
@@ -98,6 +114,7 @@ def main() -> int:
     parser.add_argument("--cells", default="", help=f"comma-separated cells (default: all): {', '.join(CELLS)}")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a job may run (default 900)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the jobs here (default: a temporary dir)")
+    parser.add_argument("--resume", action="store_true", help="resume each cell's last whole checkpoint (a job more)")
     args = parser.parse_args()
     chosen = [c for c in args.cells.split(",") if c] or list(CELLS)
     unknown = [c for c in chosen if c not in CELLS]
@@ -110,6 +127,8 @@ def main() -> int:
         spec = CELLS[cell]
         job = run(spec, workdir / spec.name, timeout=args.timeout)
         rows.append(row(cell, job, args.timeout))
+        if args.resume:
+            rows[-1][-1] = resumed(spec, job, workdir, args.timeout)
         print(" | ".join(rows[-1]), flush=True)
     header = ["cell (mode/fault)", "exit", "s fault->end", "status names first", "last whole checkpoint"]
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
