@@ -34,7 +34,18 @@ keep_whole() {  # keep_whole <requirement> <glob> [pip download options...]
 keep_repacked() {  # keep_repacked <distribution> <version> <glob> [pip download options...]
   local dist="$1" version="$2" glob="$3"
   shift 3
-  have "$glob" && return 0
+  if have "$glob"; then  # kept before: enough while it holds every file the records now read
+    # shellcheck disable=SC2086  # $glob is a file-name pattern: it must expand
+    "$PY" - "$dist" "$DEST"/$glob <<'EOF' && return 0
+import sys, zipfile
+from verl_ascend_ext.tooling.vet import module_files
+
+missing = set(module_files(sys.argv[1])) - set(zipfile.ZipFile(sys.argv[2]).namelist())
+sys.exit(1 if missing else 0)
+EOF
+    # shellcheck disable=SC2086
+    rm -f "$DEST"/$glob
+  fi
   tmp=$(mktemp -d)
   "$PY" -m pip download -q --no-deps --only-binary=:all: "$@" "$dist==$version" -d "$tmp"
   # shellcheck disable=SC2086  # $glob is a file-name pattern: it must expand

@@ -17,7 +17,7 @@ PINNED="0.23.0"
 # Every vLLM release on the index from 0.24.0 to the newest at the time of writing. Add new releases
 # here (and to tests/vllm_fixtures.py): the recogniser test must cover each of them.
 LATER="0.24.0 0.25.0 0.25.1 0.26.0 0.27.0 0.27.1 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0"
-KEEP=(vllm/v1/engine/core.py)
+KEEP=(vllm/v1/engine/core.py vllm/v1/worker/gpu_worker.py vllm/v1/worker/cpu_worker.py)
 # What `import vllm.v1.engine.core` (and vllm.plugins, vllm.v1.engine.utils) needs beyond verl's stack.
 IMPORT_DEPS=(msgspec pybase64 gguf pyzmq cachetools cbor2 openai-harmony openai uvloop py-cpuinfo llguidance
              xgrammar prometheus-client pillow aiohttp psutil cloudpickle

@@ -31,6 +31,9 @@ KEEP=(
   vllm_ascend/patch/__init__.py
   vllm_ascend/patch/worker/__init__.py
   vllm_ascend/patch/worker/patch_routed_experts_capture.py
+  vllm_ascend/ascend_config.py
+  vllm_ascend/worker/__init__.py
+  vllm_ascend/worker/worker.py
   "vllm_ascend-$VERSION.dist-info/METADATA"
 )
 

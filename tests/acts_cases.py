@@ -30,6 +30,8 @@ RAY_ENV, EXPORT, EXPORT_FSDP = "ray-runtime-env-gates", "checkpoint-export-check
 UPSTREAM_BARRIER = "verl_ascend_ext.features.weight_sync.patch_code:bounded_upstream_barrier"  # verl 0.9.1's shape
 ROUTE_CHECK, ROUTE_AGREEMENT, ROUTE_METRIC = "r3-route-check", "r3-route-agreement", "r3-route-agreement-metric"
 WATCH, WATCH_ASYNC, GENERATION = "job-watch", "job-watch-fully-async", "fully-async-generation-fails-closed"
+SLEEP_ASCEND, SLEEP_CUDA, SLEEP_CPU = "sleep-memory-ascend", "sleep-memory-cuda", "sleep-memory-cpu"
+SLEEP_METRIC = "sleep-memory-metric"
 
 
 async def _update_weights(self: Any) -> None:
@@ -291,6 +293,59 @@ def _fitting(fails: bool, client: bool = True) -> Callable[[Callable[..., Any]],
     return call
 
 
+@contextmanager
+def _meter(name: str, readable: bool) -> Iterator[None]:
+    """The sleep-memory record's meter ``name`` (``meters.npu`` / ``cuda`` / ``host``) answering a reading, or failing
+    as a device query does where there is no such device."""
+    from verl_ascend_ext.features.sleep_memory import meters
+
+    def unreadable() -> Any:
+        raise RuntimeError("no such device here")
+
+    saved = getattr(meters, name)
+    setattr(meters, name, (lambda: meters.Reading(1 << 30, 64 << 30, "acts case")) if readable else unreadable)
+    try:
+        yield
+    finally:
+        setattr(meters, name, saved)
+
+
+def _sleeping(meter: str, readable: bool) -> Callable[[Callable[..., Any]], Any]:
+    """vLLM's worker ``sleep(level=1)`` (the worker's ``rank`` and ``local_rank`` are what the record reads)."""
+    def run(replacement: Callable[..., Any]) -> Any:
+        with _meter(meter, readable), _package_env():
+            return replacement(SimpleNamespace(rank=0, local_rank=0), level=1)
+
+    return run
+
+
+def _logging(slept: bool, data: dict[str, Any]) -> Callable[[Callable[..., Any]], Any]:
+    """verl's ``Tracking.log(data=..., step=1)`` in a job whose status directory holds a rollout worker's record
+    with one sleep, or none."""
+    def run(replacement: Callable[..., Any]) -> Any:
+        import json
+        import socket
+        import time
+
+        from verl_ascend_ext.runtime.records import store
+        from verl_ascend_ext.runtime.records.schema import new_record
+
+        with tempfile.TemporaryDirectory() as tmp, _package_env(VERL_ASCEND_EXT_STATUS_DIR=tmp,
+                                                                VERL_ASCEND_EXT_JOB="acts-job"):
+            if slept:
+                os.makedirs(os.path.join(tmp, "local"))
+                now, host = time.time(), socket.gethostname()
+                sleep = {"n": 1, "at": now, "level": 1, "in_use": 1 << 30, "freed": 1 << 33, "total": 1 << 36,
+                         "meter": "acts case", "cleanup": None}
+                record = new_record(host=host, pid=4_000_000, proc_start=1, role="vllm-worker", job="acts-job",
+                                    started=now, updated=now, sleeps=[sleep])
+                with open(os.path.join(tmp, "local", store.record_name(host, 4_000_000, 1)), "w") as f:
+                    json.dump(record, f)
+            return replacement(SimpleNamespace(), data=data, step=1)
+
+    return run
+
+
 CASES = [
     # weight-sync-kv-barrier: a worker with no colocated rollout (fully-async's trainer) calls the original only
     ActsCase(BARRIER, "no colocated rollout", _update_weights, lambda r: r(SimpleNamespace()), acts=False),
@@ -370,4 +425,18 @@ CASES = [
     ActsCase(GENERATION, "the generation raised", _fit, _fitting(fails=True), acts=True),
     ActsCase(GENERATION, "the generation completed", _fit, _fitting(fails=False), acts=False),
     ActsCase(GENERATION, "no message queue client", _fit, _fitting(fails=False, client=False), acts=False),
+    # the sleep records: a sleep whose device memory was read is recorded; where it cannot be read it is not
+    ActsCase(SLEEP_ASCEND, "NPU memory read", lambda self, level=1: None, _sleeping("npu", True), acts=True),
+    ActsCase(SLEEP_ASCEND, "NPU memory unreadable", lambda self, level=1: None, _sleeping("npu", False), acts=False),
+    ActsCase(SLEEP_CUDA, "GPU memory read", lambda self, level=1: None, _sleeping("cuda", True), acts=True),
+    ActsCase(SLEEP_CUDA, "GPU memory unreadable", lambda self, level=1: None, _sleeping("cuda", False), acts=False),
+    ActsCase(SLEEP_CPU, "host memory read", lambda self, level=1: None, _sleeping("host", True), acts=True),
+    ActsCase(SLEEP_CPU, "host memory unreadable", lambda self, level=1: None, _sleeping("host", False), acts=False),
+    # the metric: a step's metrics once a worker of the job slept; before any sleep, or validation alone, as they are
+    ActsCase(SLEEP_METRIC, "a worker slept", lambda self, data, step, backend=None: data,
+             _logging(True, {"training/global_step": 1}), acts=True),
+    ActsCase(SLEEP_METRIC, "no worker slept yet", lambda self, data, step, backend=None: data,
+             _logging(False, {"training/global_step": 1}), acts=False),
+    ActsCase(SLEEP_METRIC, "validation alone", lambda self, data, step, backend=None: data,
+             _logging(True, {"val-core/acc": 0.5}), acts=False),
 ]

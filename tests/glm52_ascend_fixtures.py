@@ -29,6 +29,8 @@ KEPT_FILES = (  # keep in sync with scripts/fetch_vllm_ascend.sh
     "vllm_ascend/device_allocator/camem.py",
     "vllm_ascend/patch/worker/__init__.py",
     "vllm_ascend/patch/worker/patch_routed_experts_capture.py",
+    "vllm_ascend/ascend_config.py",
+    "vllm_ascend/worker/worker.py",
     f"vllm_ascend-{VERSION}.dist-info/METADATA",
 )
 

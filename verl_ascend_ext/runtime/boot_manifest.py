@@ -16,12 +16,14 @@ FEATURES = (
     ('glm52_vllm', 'verl_ascend_ext.features.glm52.vllm.declaration'),
     ('liveness', 'verl_ascend_ext.features.liveness.declaration'),
     ('routing', 'verl_ascend_ext.features.routing.declaration'),
+    ('sleep_memory', 'verl_ascend_ext.features.sleep_memory.declaration'),
     ('weight_sync', 'verl_ascend_ext.features.weight_sync.declaration'),
 )
 
 # (variable, default)
 GATES = (
     ('VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', True),
+    ('VERL_ASCEND_EXT_SLEEP_MEMORY', True),
     ('VERL_ASCEND_EXT_ROUTE_CHECK', True),
     ('VERL_ASCEND_EXT_JOB_WATCH', True),
     ('VERL_VLLM_ASCEND_GLM52_PATCH', False),
@@ -34,6 +36,8 @@ GATES = (
 # (variable, default, parser module:name, unit)
 SETTINGS = (
     ('VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
+    ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_SLEEPS', 3, 'verl_ascend_ext.features.sleep_memory.settings:sleeps_count', 'sleeps'),
+    ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_MIB', 50.0, 'verl_ascend_ext.features.sleep_memory.settings:mebibytes', 'MiB'),
     ('VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
 )
 
@@ -43,6 +47,10 @@ RECORDS = (
     ('weight-sync-light-empty-cache', 'verl.utils.memory_utils:aggressive_empty_cache', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'acts'),
     ('weight-sync-sender-no-full-gc', 'verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightSender._cleanup', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
     ('weight-sync-receiver-no-full-gc', 'verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightReceiver._cleanup', 'VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES', 'eager'),
+    ('sleep-memory-ascend', 'vllm_ascend.worker.worker:NPUWorker.sleep', 'VERL_ASCEND_EXT_SLEEP_MEMORY', 'acts'),
+    ('sleep-memory-cuda', 'vllm.v1.worker.gpu_worker:Worker.sleep', 'VERL_ASCEND_EXT_SLEEP_MEMORY', 'acts'),
+    ('sleep-memory-cpu', 'vllm.v1.worker.cpu_worker:CPUWorker.sleep', 'VERL_ASCEND_EXT_SLEEP_MEMORY', 'acts'),
+    ('sleep-memory-metric', 'verl.utils.tracking:Tracking.log', 'VERL_ASCEND_EXT_SLEEP_MEMORY', 'acts'),
     ('r3-route-check', 'verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead.prepare_model_inputs', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
     ('r3-route-agreement', 'verl.utils.megatron.router_replay_patch:RouterReplay.get_replay_topk', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),
     ('r3-route-agreement-metric', 'verl.workers.engine_workers:TrainingWorker.train_mini_batch', 'VERL_ASCEND_EXT_ROUTE_CHECK', 'acts'),

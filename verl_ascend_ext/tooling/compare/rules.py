@@ -107,6 +107,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     _rule("rollout-actor gap", "training/rollout_probs_diff_mean", STEADY, "mean", "±5%"),
     _rule("rollout-actor correlation", "training/rollout_actor_probs_pearson_corr", STEADY, "mean", "-0.05"),
     _rule("distillation loss", "actor/distillation/loss", STEADY, "mean", "±10%"),
+    # what the rollout keeps on its device after sleep (the sleep-memory records): the same +1 GB as memory above
+    _rule("rollout memory after sleep", "rollout/memory_in_use_after_sleep_gib", None, "last", "+1"),
 )
 
 

@@ -156,6 +156,8 @@ glm5_2_megatron_overrides() {
         actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
         actor_rollout_ref.rollout.enable_rollout_routing_replay=True
         ++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_cpu_binding=True
+        # vLLM-Ascend's extra clean-up after sleep (vllm-ascend #9585: less device memory kept after each sleep)
+        ++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_sleep_mode_extra_cleanup=True
         +actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_mode=FULL_DECODE_ONLY
         "+actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes=[2,4,8,16,24,32,64]"
     )

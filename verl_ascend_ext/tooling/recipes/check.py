@@ -1,7 +1,8 @@
 """`verl-ascend recipe check`: everything that can be checked before a cluster is spent.
 
 Config (composed against the installed verl), the node layout of fully-async recipes, manifest
-(installed versions and git commits; CANN and NNAL on NPU nodes), R2 router replay support, gates, the
+(installed versions and git commits; CANN and NNAL on NPU nodes), R2 router replay support, vLLM-Ascend's extra
+clean-up after sleep, gates, the
 plugin's discovery and, unless ``--no-device``, the device and, on an NPU node, ``verl-ascend selftest`` of the
 patches the recipe turns on (``--skip-selftest`` skips it and the report says so).
 Any ``error`` finding makes the exit code 1.
@@ -25,6 +26,7 @@ from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN, Findi
 from verl_ascend_ext.tooling.recipes import get_recipe
 from verl_ascend_ext.tooling.recipes.cann import cann_findings
 from verl_ascend_ext.tooling.recipes.manifest import Manifest, check_manifest, load_manifest
+from verl_ascend_ext.tooling.recipes.sleep_cleanup import sleep_cleanup_findings
 
 R2_MODULE = "verl.utils.megatron.router_replay_utils"
 R2_FUNCTION = "merge_router_topk_indices"
@@ -285,6 +287,7 @@ def run_check(name: str, *, user_overrides: list[str] | None = None, no_device: 
 
                 findings += layout_findings(result.config, result.setters)
             findings += router_replay_findings(result.config, result.setters)
+            findings += sleep_cleanup_findings(result.config, result.setters, manifest)
     findings += check_manifest(manifest, device, no_device)
     findings += cann_findings(manifest.path, device, no_device, env)
     findings += gate_findings(manifest, script, env)

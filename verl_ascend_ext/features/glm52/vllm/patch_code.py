@@ -13,6 +13,7 @@ from typing import Any
 from verl_ascend_ext.features.glm52.vllm.declaration import DUMMY_BATCH, ENGINE_CORE_ENTRY, WAKE_UP
 from verl_ascend_ext.patching.replacement import reported
 from verl_ascend_ext.patching.status import acted
+from verl_ascend_ext.runtime.records import recorder
 
 ENTRY_PATCH_ID = ENGINE_CORE_ENTRY.id
 
@@ -31,6 +32,7 @@ def resume_only_when_awake(original: Any, self: Any, tags: list[str] | None = No
         self.resume_scheduler()
     else:  # where vLLM 0.23 resumed scheduling on an engine whose KV cache still sleeps
         acted(WAKE_UP.id)
+        recorder.flush()  # once a weight sync: written now, as a fully-async job may end (and Ray kill it) right after
 
 
 def skip_dummy_batch_while_asleep(original: Any, self: Any) -> Any:

@@ -143,6 +143,8 @@ ROLLOUT=(
     actor_rollout_ref.rollout.dtype=bfloat16
     actor_rollout_ref.rollout.calculate_log_probs=True
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
+    # vLLM-Ascend's extra clean-up after sleep (vllm-ascend #9585: less device memory kept after each sleep)
+    ++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.enable_sleep_mode_extra_cleanup=True
 )
 
 # The reference model's Megatron layout, offload, dynamic batch size and token limit follow the actor's

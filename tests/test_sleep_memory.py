@@ -1,0 +1,278 @@
+"""What the rollout keeps after each sleep (issue 51): the series and its trend, vLLM-Ascend 0.23.0's released
+``NPUWorker.sleep`` measured by the record, the figures in the records and in what verl's ``Tracking`` logs, compare's
+rule, and the doctor's and recipe check's word on vLLM-Ascend's extra clean-up.
+
+The released sleep runs in tests/scenarios/sleep_memory_npu.py (a fresh interpreter each: the record applies at the
+import of the stand-in module), with a scripted device (a TEST DOUBLE of ``torch.npu.mem_get_info``) whose numbers are
+vllm-ascend #9563's (240 MB more kept after each cycle) or a healthy series. verl's real ``Tracking`` (console and file
+loggers) runs with the plugin booted by ``import verl``, reading records written as rollout workers write them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from glm52_ascend_fixtures import released_sources
+from repo import REPO
+from subprocesses import last_json, run_command, run_python
+
+from verl_ascend_ext.features.sleep_memory.series import (
+    ASSERT_TEXT,
+    CLEANUP_OVERRIDE,
+    FREED_METRIC,
+    GROWTH_METRIC,
+    METRIC,
+    GiB,
+    MiB,
+    Series,
+    step_metrics,
+)
+from verl_ascend_ext.runtime.records import store
+from verl_ascend_ext.runtime.records.schema import (
+    JOB_ENV,
+    MAX_SLEEPS,
+    SCHEMA,
+    MalformedRecord,
+    new_record,
+    upgrade,
+)
+from verl_ascend_ext.tooling.compare.runs import read_run
+
+SCENARIO = REPO / "tests" / "scenarios" / "sleep_memory_npu.py"
+CLI = str(Path(sys.executable).with_name("verl-ascend"))
+GB = 1_000_000_000
+
+
+def sleep(n: int, in_use: float, freed: float = 40 * GiB, cleanup: bool | None = None) -> dict[str, Any]:
+    return {"n": n, "at": 1000.0 + n, "level": 1, "in_use": int(in_use), "freed": int(freed), "total": 64 << 30,
+            "meter": "test", "cleanup": cleanup}
+
+
+def series_of(kept: list[float]) -> Series:
+    series = Series("rank 0")
+    for n, in_use in enumerate(kept, 1):
+        series.add(sleep(n, in_use))
+    return series
+
+
+def warned_at(kept: list[float], k: int = 3, bound: float = 50 * MiB) -> list[int]:
+    series = Series("rank 0")
+    out = []
+    for n, in_use in enumerate(kept, 1):
+        series.add(sleep(n, in_use))
+        if series.trend_warning(k, bound):
+            out.append(n)
+    return out
+
+
+def test_trend_warns_once_at_the_kth_growing_sleep_and_never_on_a_flat_or_slow_series() -> None:
+    leak = [0.7 * GiB + i * 0.24 * GB for i in range(10)]  # vllm-ascend #9563
+    assert warned_at(leak) == [4]  # sleeps 2, 3, 4 each kept more: the third growth, once
+    assert warned_at(leak, k=5) == [6]
+    assert warned_at([0.7 * GiB] * 20) == []
+    assert warned_at([0.7 * GiB + i * 5 * MiB for i in range(20)]) == []  # 15 MiB over 3 sleeps: under the bound
+    assert warned_at([0.7 * GiB + i * 5 * MiB for i in range(20)], bound=10 * MiB) == [4]
+    saw_tooth = [0.7 * GiB + (i % 3) * 0.3 * GiB for i in range(20)]  # grows twice, drops: never 3 in a row
+    assert warned_at(saw_tooth) == []
+    assert series_of(leak).growth(3) == pytest.approx(3 * 0.24 * GB)
+    assert series_of(leak[:3]).growth(3) is None  # fewer sleeps than K + 1
+
+
+def test_step_metrics_take_the_worst_rank_of_the_job_only() -> None:
+    records = [
+        {"job": "j1", "sleeps": [sleep(1, 1.0 * GiB), sleep(2, 1.5 * GiB, freed=30 * GiB)]},
+        {"job": "j1", "sleeps": [sleep(1, 0.8 * GiB), sleep(2, 0.9 * GiB, freed=20 * GiB)]},
+        {"job": "j1", "sleeps": []},  # a process that never slept (the trainer)
+        {"job": "other", "sleeps": [sleep(1, 9.0 * GiB), sleep(2, 50.0 * GiB)]},
+    ]
+    assert step_metrics(records, "j1") == pytest.approx({METRIC: 1.5, GROWTH_METRIC: 0.5, FREED_METRIC: 20.0})
+    assert step_metrics(records, "none-such") == {}
+
+
+def test_the_record_keeps_the_first_sleep_and_the_newest_and_older_schemas_read_without_sleeps() -> None:
+    rec = new_record(host="h", pid=1, sleeps=[sleep(1, GiB)])
+    assert upgrade(json.loads(json.dumps(rec)))["sleeps"] == [sleep(1, GiB)] and SCHEMA == 4
+    old = {k: v for k, v in rec.items() if k != "sleeps"} | {"schema": 3}
+    assert upgrade(old)["sleeps"] == []
+    with pytest.raises(MalformedRecord, match="sleeps"):
+        upgrade({**rec, "sleeps": [1.5]})
+    code = f"""
+    from verl_ascend_ext.runtime.records import recorder
+    recorder.start("api", {{}}, "", dict)
+    for n in range(1, {MAX_SLEEPS + 40}):
+        recorder.slept({{"n": n, "at": 0.0, "level": 1, "in_use": n, "freed": 0, "total": 1, "meter": "t",
+                         "cleanup": None}})
+    print([s["n"] for s in recorder.current_record()["sleeps"]][:3], len(recorder.current_record()["sleeps"]))
+    """
+    out = run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": None}).stdout.strip().splitlines()[-1]
+    assert out == f"[1, 41, 42] {MAX_SLEEPS}"
+
+
+def scenario(mode: str, cycles: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    proc = run_command([sys.executable, str(SCENARIO), str(released_sources()), mode, str(cycles)], env)
+    return last_json(proc.stdout)
+
+
+def test_released_npu_sleep_leaking_240_mb_a_cycle_warns_once_at_the_third_growth_naming_the_rank() -> None:
+    out = scenario("leak", 8)
+    assert out["status"] == "applied" and out["error"] is None and out["acts"] == 8
+    assert [w["cycle"] for w in out["warnings"]] == [4]  # one line for the rank, at its third growing sleep
+    text = out["warnings"][0]["text"]
+    assert "rollout rank 0 (host " in text and "+0.67 GiB over its last 3 sleeps" in text and CLEANUP_OVERRIDE in text
+    assert "#1 0.70 GiB, #2 0.92 GiB, #3 1.15 GiB, #4 1.37 GiB" in text
+    # the record's figures are vLLM-Ascend's own: its log line of every sleep says the same, to its 2 decimals
+    ours = [f"freed {s['freed'] / GiB:.2f} GiB memory, {s['in_use'] / GiB:.2f} GiB memory is still in use."
+            for s in out["series"]]
+    assert [line.split(") ", 1)[1] for line in out["vllm_lines"]] == ours
+    assert [s["cleanup"] for s in out["series"]] == [False] * 8  # the worker's vLLM-Ascend config, as it ran
+    assert [s["in_use"] for s in out["series"]] == [int(0.70 * GiB) + i * 240_000_000 for i in range(8)]
+
+
+def test_released_npu_sleep_flat_or_creeping_under_the_bound_never_warns() -> None:
+    for mode in ("flat", "creep"):
+        out = scenario(mode, 12)
+        assert out["status"] == "applied" and out["error"] is None and out["acts"] == 12, mode
+        assert out["warnings"] == [], (mode, out["warnings"])
+
+
+def test_where_the_released_assert_fires_the_job_gets_the_series_and_the_fix() -> None:
+    out = scenario("assert", 6)
+    error = out["error"]
+    assert error["cycle"] == 3 and error["type"] == "SleepMemoryGrew"
+    assert error["cause"] == f"AssertionError: {ASSERT_TEXT}"  # vLLM-Ascend's own assert fired inside
+    assert "rollout rank 0 (host " in error["message"] and "sleep 3 (level 1)" in error["message"]
+    assert "#1 0.70 GiB, #2 0.92 GiB, #3 41.15 GiB" in error["message"] and CLEANUP_OVERRIDE in error["message"]
+    assert out["series"][-1]["freed"] == -240_000_000
+    off = scenario("assert", 6, {"VERL_ASCEND_EXT_SLEEP_MEMORY": "0"})  # the gate off: vLLM-Ascend's bare assert
+    assert off["status"] == "gate-off" and off["series"] == []
+    assert off["error"]["type"] == "AssertionError" and off["error"]["message"] == ASSERT_TEXT
+
+
+def test_a_sleep_whose_memory_cannot_be_read_runs_as_it_is_and_another_assert_passes_through() -> None:
+    from verl_ascend_ext.features.sleep_memory import patch_code
+    from verl_ascend_ext.patching.status import stood_down_on
+
+    calls = []
+
+    def broken() -> Any:
+        raise RuntimeError("device query failed")
+
+    worker = type("Worker", (), {"rank": 7, "local_rank": 0})()
+    assert patch_code._measured("sleep-memory-cuda", broken, lambda w, level=1: calls.append(level) or "slept",
+                                worker, (), {"level": 2}) == "slept"
+    assert calls == [2] and 7 not in patch_code._series  # the sleep ran; nothing was recorded for the rank
+    assert stood_down_on("sleep-memory-cuda") == [
+        "the device's memory could not be read; first seen: RuntimeError: device query failed"]
+
+    def other_assert(w: Any, level: int = 1) -> None:
+        raise AssertionError("some other invariant")
+
+    reading = lambda: patch_code.meters.Reading(1, 2, "test")  # noqa: E731
+    with pytest.raises(AssertionError, match="some other invariant"):
+        patch_code._measured("sleep-memory-cuda", reading, other_assert, worker, (), {})
+    assert 7 not in patch_code._series
+
+
+TRACKING = """
+import json, os, sys
+import verl  # boots the plugin: the sleep-memory-metric record applies when verl.utils.tracking is imported
+from verl.utils.tracking import Tracking
+from verl_ascend_ext.runtime.records import store
+status, worker = sys.argv[1], sys.argv[2]
+tracker = Tracking(project_name="sleep", experiment_name="memory", default_backend=["console", "file"])
+tracker.log(data={"val-core/acc": 0.25}, step=0)  # validation alone (before training, as verl logs it): as it is
+tracker.log(data={"training/global_step": 1, "actor/loss": 0.5}, step=1)
+record = json.load(open(worker))
+record["sleeps"].append({**record["sleeps"][-1], "n": 3, "in_use": 3 << 30})  # the rank's next sleep
+with open(worker + ".new", "w") as f:
+    json.dump(record, f)
+os.replace(worker + ".new", worker)
+tracker.log(data={"training/global_step": 2, "actor/loss": 0.4}, step=2)
+tracker.finish()
+from verl_ascend_ext.patching.status import acts_of
+print(json.dumps({"acts": acts_of("sleep-memory-metric")}))
+"""
+
+
+def write_worker(base: Path, pid: int, job: str, sleeps: list[dict[str, Any]]) -> Path:
+    namespace = base / "local"
+    namespace.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    path = namespace / store.record_name(host, pid, 1)
+    now = time.time()  # written just now: the driver's boot prunes only records a day old
+    rec = new_record(host=host, pid=pid, proc_start=1, role="vllm-worker", job=job, sleeps=sleeps, started=now,
+                     updated=now)
+    path.write_text(json.dumps(rec), encoding="utf-8")
+    return path
+
+
+def test_verl_tracking_logs_the_worst_rank_each_step_and_compare_reads_it(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    worker = write_worker(status, 4_000_001, "job-a", [sleep(1, 0.7 * GiB), sleep(2, 1.2 * GiB, freed=39 * GiB)])
+    write_worker(status, 4_000_002, "job-a", [sleep(1, 0.7 * GiB), sleep(2, 0.8 * GiB)])
+    write_worker(status, 4_000_003, "job-b", [sleep(1, 20 * GiB)])  # another job's rank: never read
+    env = {"VERL_ASCEND_EXT_STATUS_DIR": str(status), JOB_ENV: "job-a",
+           "VERL_FILE_LOGGER_PATH": str(tmp_path / "run.jsonl")}
+    proc = run_command([sys.executable, "-c", TRACKING, str(status), str(worker)], env)
+    assert last_json(proc.stdout) == {"acts": 2}
+    log = tmp_path / "run.log"
+    log.write_text(proc.stdout, encoding="utf-8")
+    for source in (log, tmp_path / "run.jsonl"):  # the console logger's lines and the file logger's JSON
+        steps = read_run(source).steps
+        assert steps[1][METRIC] == pytest.approx(1.2) and steps[1][GROWTH_METRIC] == pytest.approx(0.5)
+        assert steps[1][FREED_METRIC] == pytest.approx(39.0)
+        assert steps[2][METRIC] == pytest.approx(3.0) and steps[2][GROWTH_METRIC] == pytest.approx(3.0 - 0.7)
+    assert "step:0 - val-core/acc:0.25\n" in proc.stdout
+    shown = run_command([CLI, "status", "--dir", str(status)], check=False).stdout  # the job's, per rank
+    section = shown.split("Memory in use after sleep", 1)[1].split("\n\n", 1)[0]
+    assert "4000001" in section and "3.00 GiB" in section and "4000002" in section and "4000003" not in section
+    grown = tmp_path / "grown.log"
+    grown.write_text("step:1 - rollout/memory_in_use_after_sleep_gib:4.5\n", encoding="utf-8")
+    report = run_command([CLI, "compare", str(log), str(grown), "--json"], check=False)
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert json.loads(report.stdout)["failed"] == ["rollout memory after sleep"]  # 3.0 -> 4.5 GiB: over +1
+
+
+DOCTOR = """
+import json, sys
+from verl_ascend_ext.features.sleep_memory.checks import cleanup_finding
+records = json.loads(sys.argv[1])
+finding = cleanup_finding(records)
+print(json.dumps(None if finding is None else finding.as_check()))
+"""
+
+
+def test_doctor_says_when_vllm_ascend_has_the_extra_cleanup_and_when_a_job_ran_without_it() -> None:
+    tree = str(released_sources())
+    on = [{"job": "j", "role": "driver", "host": "h", "pid": 1, "started": 1.0, "sleeps": []},
+          {"job": "j", "role": "vllm-worker", "host": "h", "pid": 2, "started": 2.0,
+           "sleeps": [sleep(1, GiB, cleanup=True)]}]
+    off = [on[0], {**on[1], "sleeps": [sleep(1, GiB, cleanup=False)]}]
+    found = {name: last_json(run_command([sys.executable, "-c", DOCTOR, json.dumps(records)], pythonpath=tree).stdout)
+             for name, records in (("on", on), ("off", off))}
+    assert found["on"]["status"] == "info" and "has enable_sleep_mode_extra_cleanup" in found["on"]["detail"]
+    assert found["off"]["status"] == "warn" and "with enable_sleep_mode_extra_cleanup off" in found["off"]["detail"]
+    assert CLEANUP_OVERRIDE in found["off"]["detail"] and "pid 2" in found["off"]["detail"]
+    assert last_json(run_command([sys.executable, "-c", DOCTOR, "[]"]).stdout) is None  # no vLLM-Ascend here
+
+
+@pytest.mark.parametrize("recipe", ["glm5_2_megatron", "glm5_2_megatron_fully_async", "qwen3_5_35b_megatron"])
+def test_recipes_switch_the_extra_cleanup_on_and_recipe_check_says_so(recipe: str) -> None:
+    from verl_ascend_ext.tooling.recipes.check import run_check
+
+    overrides = [CLEANUP_OVERRIDE.replace("=True", "=False")] if recipe == "glm5_2_megatron" else []
+    report, _ = run_check(recipe, no_device=True, skip_selftest=True, environ=dict(os.environ),
+                          user_overrides=overrides)
+    found = [f for f in report["findings"] if f["subject"] == "sleep clean-up"]
+    if overrides:  # a user who switches it off is told, with the override that did it
+        assert len(found) == 1 and found[0]["status"] == "warn" and found[0]["source"] == "user", found
+        assert found[0]["override"] == overrides[0] and CLEANUP_OVERRIDE in found[0]["detail"]
+    else:
+        assert len(found) == 1 and found[0]["status"] == "ok" and found[0]["source"] == "recipe", found

