@@ -92,16 +92,26 @@ def parse_bool_env(name: str, default: bool, environ: Mapping[str, str] | None =
     return parse_bool(name, raw)
 
 
-def positive_seconds(name: str, raw: str) -> float:
-    """A number of seconds > 0 (``Setting.parse`` of timeouts); raise GateValueError naming ``name`` otherwise."""
+def positive_number(name: str, raw: str, unit: str, example: str) -> float:
+    """A number > 0 of ``unit`` (``Setting.parse`` of a bound); raise GateValueError naming ``name`` otherwise."""
     try:
         value = float(raw.strip())
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise GateValueError(f"{name}={raw!r} is not a number of seconds greater than 0. Set it to e.g. 600, "
+        raise GateValueError(f"{name}={raw!r} is not a number of {unit} greater than 0. Set it to e.g. {example}, "
                              f"or unset {name} (or set it empty) for its default.")
     return value
+
+
+def positive_seconds(name: str, raw: str) -> float:
+    """A number of seconds > 0 (``Setting.parse`` of timeouts)."""
+    return positive_number(name, raw, "seconds", "600")
+
+
+def positive_mebibytes(name: str, raw: str) -> float:
+    """A number of MiB > 0 (``Setting.parse`` of memory bounds)."""
+    return positive_number(name, raw, "MiB", "50")
 
 
 def disabled_patch_ids(known_ids: Iterable[str], environ: Mapping[str, str] | None = None) -> frozenset[str]:

@@ -37,7 +37,7 @@ GATES = (
 SETTINGS = (
     ('VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
     ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_SLEEPS', 3, 'verl_ascend_ext.features.sleep_memory.settings:sleeps_count', 'sleeps'),
-    ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_MIB', 50.0, 'verl_ascend_ext.features.sleep_memory.settings:mebibytes', 'MiB'),
+    ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_MIB', 50.0, 'verl_ascend_ext.patching.gates:positive_mebibytes', 'MiB'),
     ('VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
 )
 

@@ -1,16 +1,19 @@
 """One checked fact and how bad it is: the result line of `verl-ascend doctor` and `verl-ascend recipe check`.
 
-Standard library only, so that feature modules can build findings without cost. Only ``error``
-blocks (doctor exits 1, recipe check says do not launch). Recipe check groups findings by ``section``
+Standard library only (and the package's gate parser), so that feature modules can build findings without cost.
+Only ``error`` blocks (doctor exits 1, recipe check says do not launch). Recipe check groups findings by ``section``
 and reports all fields (``as_dict``); doctor lists its checks by name (``as_check``: the ``name``,
 ``status``, ``detail`` objects of ``doctor --json`` and of every node's report under ``doctor --ray``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from verl_ascend_ext.patching.gates import Gate, GateValueError, is_default
 
 
 class Severity(str, Enum):
@@ -73,3 +76,16 @@ class Finding:
     def as_check(self) -> dict[str, str]:
         """``name``, ``status``, ``detail`` (doctor's JSON)."""
         return {"name": self.subject, "status": self.status.value, "detail": self.detail}
+
+
+def gate_check(name: str, environ: Mapping[str, str], gate: Gate, on: str, off: str) -> Finding:
+    """Doctor's check of a feature's ``gate`` as ``environ`` sets it: ok with ``on`` (what it does), info with ``off``
+    (what is left undone), error naming a value the gate does not accept."""
+    try:
+        value = gate.read(environ)
+    except GateValueError as err:
+        return Finding.check(name, ERROR, str(err))
+    raw = environ.get(gate.env)
+    note = " (default)" if raw is None or is_default(raw) else ""
+    return Finding.check(name, OK, f"{gate.env}=on{note}: {on}") if value else \
+        Finding.check(name, INFO, f"{gate.env}=off: {off}")

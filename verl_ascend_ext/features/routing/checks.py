@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from verl_ascend_ext.patching.gates import Gate, GateValueError, is_default
+from verl_ascend_ext.patching.gates import Gate
 from verl_ascend_ext.patching.source import definition_in_file, find_module_file
-from verl_ascend_ext.runtime.findings import ERROR, INFO, OK, Finding
+from verl_ascend_ext.runtime.findings import INFO, OK, Finding, gate_check
 
 REPLAY_UTILS = "verl.utils.megatron.router_replay_utils"
 R3 = ("actor_rollout_ref.actor.megatron.router_replay.mode=R3 with "
@@ -20,18 +20,9 @@ def doctor_findings(environ: Mapping[str, str], gate: Gate) -> list[Finding]:
 
 
 def gate_finding(environ: Mapping[str, str], gate: Gate) -> Finding:
-    try:
-        on = gate.read(environ)
-    except GateValueError as err:
-        return Finding.check("R3 route check", ERROR, str(err))
-    raw = environ.get(gate.env)
-    note = " (default)" if raw is None or is_default(raw) else ""
-    if on:
-        return Finding.check("R3 route check", OK, f"{gate.env}=on{note}: in jobs with {R3}, each micro-batch's routes "
-                             "are checked before the actor replays them, and actor/rollout_actor_route_agreement is "
-                             "logged every step")
-    return Finding.check("R3 route check", INFO, f"{gate.env}=off: R3 routes are replayed unchecked and their "
-                         "agreement with the actor's router is not logged")
+    return gate_check("R3 route check", environ, gate, f"in jobs with {R3}, each micro-batch's routes are checked "
+                      "before the actor replays them, and actor/rollout_actor_route_agreement is logged every step",
+                      "R3 routes are replayed unchecked and their agreement with the actor's router is not logged")
 
 
 def r3_finding() -> Finding:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl_ascend_ext.features.sleep_memory.series import CLEANUP_OVERRIDE
-from verl_ascend_ext.patching.gates import Gate, GateValueError, is_default
-from verl_ascend_ext.runtime.findings import ERROR, INFO, OK, WARN, Finding
+from verl_ascend_ext.patching.gates import Gate
+from verl_ascend_ext.runtime.findings import INFO, WARN, Finding, gate_check
 
 NAME = "memory after sleep"
 CLEANUP_NAME = "vLLM-Ascend extra clean-up after sleep"
@@ -25,20 +25,13 @@ RL_OVERRIDE = ("'++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_confi
 
 def doctor_findings(environ: Mapping[str, str], gate: Gate) -> list[Finding]:
     """The gate as ``environ`` sets it, and the extra clean-up where vLLM-Ascend is installed."""
-    try:
-        on = gate.read(environ)
-    except GateValueError as err:
-        return [Finding.check(NAME, ERROR, str(err))]
-    note = " (default)" if environ.get(gate.env) is None or is_default(environ[gate.env]) else ""
-    if on:
-        found = [Finding.check(NAME, OK, f"{gate.env}=on{note}: each rollout worker records the device memory it "
-                               "keeps after every sleep (the step metric rollout/memory_in_use_after_sleep_gib); a "
-                               "growing trend warns; vLLM's 'Memory usage increased after sleeping.' names the series")]
-    else:
-        found = [Finding.check(NAME, INFO, f"{gate.env}=off: what the rollout keeps after sleep is only in vLLM's "
-                               "log lines; a leak shows first as an OOM or vLLM's bare assert")]
+    found = gate_check(NAME, environ, gate, "each rollout worker records the device memory it keeps after every sleep "
+                       "(the step metric rollout/memory_in_use_after_sleep_gib); a growing trend warns; vLLM's 'Memory "
+                       "usage increased after sleeping.' names the series",
+                       "what the rollout keeps after sleep is only in vLLM's log lines; a leak shows first as an OOM "
+                       "or vLLM's bare assert")
     cleanup = cleanup_finding()
-    return found + ([cleanup] if cleanup else [])
+    return [found] + ([cleanup] if cleanup else [])
 
 
 def cleanup_form() -> tuple[str | None, str]:

@@ -3,9 +3,7 @@ them without loading the declaration's hook machinery)."""
 
 from __future__ import annotations
 
-import math
-
-from verl_ascend_ext.patching.gates import Gate, GateValueError, Setting
+from verl_ascend_ext.patching.gates import Gate, GateValueError, Setting, positive_mebibytes
 
 GATE = Gate(
     "VERL_ASCEND_EXT_SLEEP_MEMORY",
@@ -28,18 +26,6 @@ def sleeps_count(name: str, raw: str) -> int:
     return value
 
 
-def mebibytes(name: str, raw: str) -> float:
-    """A number of MiB > 0 (``Setting.parse``); GateValueError naming ``name`` otherwise."""
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise GateValueError(f"{name}={raw!r} is not a number of MiB greater than 0. Set it to e.g. 50, or unset "
-                             f"{name} (or set it empty) for its default.")
-    return value
-
-
 GROWTH_SLEEPS = Setting(
     "VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_SLEEPS",
     default=3,
@@ -53,6 +39,6 @@ GROWTH_MIB = Setting(
     default=50.0,
     doc="How much those sleeps must have grown in all for the warning (default 50 MiB: vLLM-Ascend's test allows "
     "free memory to shrink by less than 0.05 GiB over its cycles; vllm-ascend #9563 keeps ~240 MB more per cycle).",
-    parse=mebibytes,
+    parse=positive_mebibytes,
     unit="MiB",
 )
