@@ -240,6 +240,27 @@ def test_verl_tracking_logs_the_worst_rank_each_step_and_compare_reads_it(tmp_pa
     assert json.loads(report.stdout)["failed"] == ["rollout memory after sleep"]  # 3.0 -> 4.5 GiB: over +1
 
 
+ONE_STEP = """
+import verl  # boots the plugin: the sleep-memory-metric record applies when verl.utils.tracking is imported
+from verl.utils.tracking import Tracking
+Tracking(project_name="sleep", experiment_name="leak", default_backend=["console"]).log(
+    data={"training/global_step": 1}, step=1)
+"""
+
+
+def test_the_released_sleeps_leak_reaches_verls_console_logger_through_the_workers_record(tmp_path: Path) -> None:
+    """End to end on the CPU: vLLM-Ascend's released sleep with the scripted leak writes its process record (the
+    worker's), and verl's real Tracking, in another process of the same job, logs what it kept."""
+    env = {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path / "status"), JOB_ENV: "job-leak"}
+    out = scenario("leak", 6, env)
+    assert len(out["series"]) == 6
+    log = tmp_path / "step.log"
+    log.write_text(run_command([sys.executable, "-c", ONE_STEP], env).stdout, encoding="utf-8")
+    step = read_run(log).steps[1]
+    assert step[METRIC] == pytest.approx(out["series"][-1]["in_use"] / GiB)  # 0.70 GiB + 5 x 240 MB
+    assert step[GROWTH_METRIC] == pytest.approx(5 * 240_000_000 / GiB) and step[FREED_METRIC] == pytest.approx(40.0)
+
+
 DOCTOR = """
 import json, sys
 from verl_ascend_ext.features.sleep_memory.checks import cleanup_finding
