@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from glm52_ascend_fixtures import released_sources
+from glm52_ascend_fixtures import copy_tree, mutate, released_sources
 from repo import REPO
 from subprocesses import last_json, run_command, run_python
 
@@ -103,6 +103,8 @@ def test_the_record_keeps_the_first_sleep_and_the_newest_and_older_schemas_read_
     assert upgrade(old)["sleeps"] == []
     with pytest.raises(MalformedRecord, match="sleeps"):
         upgrade({**rec, "sleeps": [1.5]})
+    with pytest.raises(MalformedRecord, match="'sleeps' holds an entry whose 'in_use'"):  # a reader skips it, named
+        upgrade({**rec, "sleeps": [{k: v for k, v in sleep(1, GiB).items() if k != "in_use"}]})
     code = f"""
     from verl_ascend_ext.runtime.records import recorder
     recorder.start("api", {{}}, "", dict)
@@ -282,6 +284,20 @@ def test_doctor_says_when_vllm_ascend_has_the_extra_cleanup_and_when_a_job_ran_w
     assert found["off"]["status"] == "warn" and "with enable_sleep_mode_extra_cleanup off" in found["off"]["detail"]
     assert CLEANUP_OVERRIDE in found["off"]["detail"] and "pid 2" in found["off"]["detail"]
     assert last_json(run_command([sys.executable, "-c", DOCTOR, "[]"]).stdout) is None  # no vLLM-Ascend here
+
+
+def test_doctor_reads_that_vllm_ascend_main_takes_the_cleanup_under_rl_config(tmp_path: Path) -> None:
+    """vLLM-Ascend's main reads rl_config.sleep_mode_extra_cleanup and raises on the top-level key (naming it in its
+    message): the 0.23.0 tree with main's edit of ascend_config.py is told apart from 0.23.0's own."""
+    tree = copy_tree(tmp_path / "main")
+    mutate(tree, "vllm_ascend/ascend_config.py",
+           'self.enable_sleep_mode_extra_cleanup = additional_config.get("enable_sleep_mode_extra_cleanup", False)',
+           'if "enable_sleep_mode_extra_cleanup" in additional_config:\n'
+           '            raise ValueError("additional_config.enable_sleep_mode_extra_cleanup has been removed. "\n'
+           '                             "Use additional_config.rl_config.sleep_mode_extra_cleanup instead.")')
+    found = last_json(run_command([sys.executable, "-c", DOCTOR, "[]"], pythonpath=str(tree)).stdout)
+    assert found["status"] == "info" and "rl_config.sleep_mode_extra_cleanup" in found["detail"], found
+    assert "rejects the recipes' top-level enable_sleep_mode_extra_cleanup" in found["detail"], found
 
 
 @pytest.mark.parametrize("recipe", ["glm5_2_megatron", "glm5_2_megatron_fully_async", "qwen3_5_35b_megatron"])

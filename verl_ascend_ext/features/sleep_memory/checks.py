@@ -7,6 +7,7 @@ newest job (each NPU worker's sleeps carry it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,8 @@ CLEANUP_NAME = "vLLM-Ascend extra clean-up after sleep"
 CLEANUP_OPTION = "enable_sleep_mode_extra_cleanup"
 CONFIG_MODULE = "vllm_ascend.ascend_config"
 TOP_LEVEL, RL_CONFIG, NONE = "additional_config", "rl_config", "none"  # how a release takes the clean-up
+# 0.23.0-0.26.0rc reads the top-level key; main rejects it (ValueError naming rl_config), so naming it is not enough
+TOP_LEVEL_READ = r"additional_config\.get\(\s*[\"']enable_sleep_mode_extra_cleanup[\"']"
 RL_OVERRIDE = ("'++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.rl_config={enabled: true, "
                "sleep_mode_extra_cleanup: true}'")
 
@@ -45,7 +48,7 @@ def cleanup_form() -> tuple[str | None, str]:
     if version is None or path is None:
         return None, version or "not installed"
     text = path.read_text(encoding="utf-8", errors="replace")
-    if CLEANUP_OPTION in text:
+    if re.search(TOP_LEVEL_READ, text):
         return TOP_LEVEL, version
     return (RL_CONFIG if "sleep_mode_extra_cleanup" in text else NONE), version
 
@@ -60,8 +63,8 @@ def cleanup_finding(records: list[dict[str, Any]] | None = None) -> Finding | No
         return Finding.check(CLEANUP_NAME, INFO, f"vLLM-Ascend {version} has no extra clean-up after sleep: nothing to "
                              "switch on")
     setting, fix = ((CLEANUP_OPTION, f"{CLEANUP_OVERRIDE} (the recipes set it)") if form == TOP_LEVEL else
-                    ("rl_config.sleep_mode_extra_cleanup", f"{RL_OVERRIDE} (this release takes it there, not as the "
-                     f"recipes' top-level {CLEANUP_OPTION})"))
+                    ("rl_config.sleep_mode_extra_cleanup", f"{RL_OVERRIDE} (this release takes it there and rejects "
+                     f"the recipes' top-level {CLEANUP_OPTION}: drop that override)"))
     off = ranks_without_cleanup(records)
     if off:
         return Finding.check(CLEANUP_NAME, WARN, f"the newest job on this host ran vLLM-Ascend {version} with "

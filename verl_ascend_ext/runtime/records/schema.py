@@ -86,6 +86,7 @@ NOTICE_FIELDS = ("host", "pid", "proc_start", "role", "at", "how", "by")  # ``ho
 # setting)
 SLEEP_FIELDS = ("n", "at", "level", "in_use", "freed", "total", "meter", "cleanup")
 MAX_SLEEPS = 256
+SLEEP_TYPES = {"n": (int,), "in_use": (int,), "freed": (int,), "total": (int,), "meter": (str,)}  # what readers use
 JOB_ENV = "VERL_ASCEND_EXT_JOB"
 # field -> the JSON types its value may have (a reader names a record whose fields are of other types)
 TYPES: dict[str, tuple[type, ...]] = {
@@ -164,5 +165,10 @@ def check_types(record: dict[str, Any]) -> None:
     for name, fields in (("errors", ERROR_FIELDS), ("seen_dead", NOTICE_FIELDS), ("sleeps", SLEEP_FIELDS)):
         if not all(isinstance(entry, dict) for entry in record.get(name) or []):
             raise MalformedRecord(f"field {name!r} holds an entry that is not an object (each has {', '.join(fields)})")
+    for entry in record.get("sleeps") or []:
+        for name, types in SLEEP_TYPES.items():
+            if not isinstance(entry.get(name), types) or isinstance(entry.get(name), bool):
+                raise MalformedRecord(f"field 'sleeps' holds an entry whose {name!r} is not "
+                                      f"{' or '.join(t.__name__ for t in types)}")
     if not all(isinstance(entry, dict) for entry in (record.get("patches") or {}).values()):
         raise MalformedRecord("field 'patches' holds an entry that is not an object")
