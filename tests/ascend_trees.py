@@ -1,6 +1,6 @@
 """Fake Ascend install trees for tests: files only, in the formats CANN's installers write.
 
-Formats (see ``verl_ascend_ext/tooling/ascend_env/infofile.py`` for the sources): the toolkit's
+Formats (see ``verl_ascend_ext/runtime/ascend_stack/infofile.py`` for the sources): the toolkit's
 ``<home>/<arch>-linux/ascend_toolkit_install.info`` and ``runtime/version.info``, NNAL's
 ``nnal/atb/latest/version.info``, the driver's and firmware's ``version.info`` and
 ``/etc/ascend_install.info``. Layout as CANN >= 8.5 installs it: ``<root>/cann-<version>`` with

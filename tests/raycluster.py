@@ -42,6 +42,15 @@ def loopback_cluster(head_env: Mapping[str, str] | None = None) -> Iterator[obje
 
 
 @contextmanager
+def two_nodes() -> Iterator[object]:
+    """A head and one worker node (1 CPU each) on loopback; more nodes may be added."""
+    with loopback_cluster() as cluster:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+
+
+@contextmanager
 def three_nodes() -> Iterator[tuple[object, set[str]]]:
     """A head and two worker nodes (1 CPU each) on loopback: the cluster and the worker nodes' ids."""
     with loopback_cluster() as cluster:

@@ -28,7 +28,7 @@ from ascend_trees import (
 from repo import REPO
 from subprocesses import run_command
 
-from verl_ascend_ext.tooling.ascend_env.infofile import read_info
+from verl_ascend_ext.runtime.ascend_stack.infofile import read_info
 from verl_ascend_ext.tooling.ascend_env.torch_npu_cann import TABLE, cann_for, compatibility
 
 pytestmark = pytest.mark.anyverl

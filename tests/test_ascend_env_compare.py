@@ -1,7 +1,7 @@
 """`doctor --ray`'s comparison of the Ascend environment and of gate spellings, without a cluster.
 
-Each "node" answer is the real doctor report (``build_report``) of an environment built from fake
-Ascend trees (``ascend_trees``), shaped as ``probe.node_report`` returns it; ``compare`` and
+Each "node" answer is the real inventory (``node_inventory.plugin_view``) and doctor report (``build_report``) of an
+environment built from fake Ascend trees (``ascend_trees``), shaped as ``probe.node_report`` returns it; ``compare`` and
 ``format_report`` are the functions the CLI runs on the answers Ray brings back. The same path through
 a real multi-node Ray cluster is tested in ``test_ray_ascend_env.py``.
 """
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from ascend_trees import full_node, shadow_install
 
-from verl_ascend_ext.tooling.cluster.doctor_ray import HEAD_RESOURCE, compare, format_report
+from verl_ascend_ext.features.device.node_differences import HEAD_RESOURCE
+from verl_ascend_ext.features.device.node_inventory import plugin_view, versions
+from verl_ascend_ext.tooling.cluster.doctor_ray import compare, format_report
 from verl_ascend_ext.tooling.doctor import build_report
 
 pytestmark = pytest.mark.anyverl
@@ -21,9 +23,10 @@ GLM_GATE = "VERL_VLLM_ASCEND_GLM52_PATCH"
 
 
 def answer(environ: dict[str, str]) -> dict:
+    """Shaped as ``probe.node_report`` returns it: the inventory of ``environ`` and its doctor report."""
     report, code = build_report(environ)
     return {"hostname": "test", "pid": 0, "python": "", "plugin_version": "0.1.0", "installed": True,
-            "report": report, "exit_code": code}
+            "versions": versions(), "environ": {}, "plugin": plugin_view(environ), "report": report, "exit_code": code}
 
 
 def nodes(count: int) -> list[dict]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from raycluster import driver_env, loopback_cluster
+from raycluster import driver_env, two_nodes
 from repo import REPO
 from subprocesses import run_command
 
@@ -27,9 +27,7 @@ pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # a Ray cluster
 
 @pytest.fixture(scope="module")
 def cluster():
-    with loopback_cluster() as c:
-        c.add_node(num_cpus=1)
-        c.wait_for_nodes()
+    with two_nodes() as c:
         yield c
 
 

@@ -135,13 +135,29 @@ def vllm_plugin() -> None:
 
 
 RAY_SETUP_HOOK = "verl_ascend_ext.runtime.boot.ray_worker_setup"  # the runtime env's worker_process_setup_hook
+PLUGIN_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"  # verl's: auto (default), none, or the entry points to load
+VERL_ENTRY_POINT = "ascend_ext"  # our name in verl's ``verl.plugins`` group
+
+
+def verl_policy_allows(environ: Any = None) -> bool:
+    """Whether verl's plugin policy in ``environ`` (default: this process's) lets verl load this plugin, read as
+    verl reads it (``verl/__init__.py``: stripped and lower-cased; ``none`` loads nothing, a list only its names)."""
+    policy = (os.environ if environ is None else environ).get(PLUGIN_POLICY_ENV, "auto").strip().lower()
+    return policy == "auto" or (policy != "none" and VERL_ENTRY_POINT in {p.strip() for p in policy.split(",")})
+
 
 
 def ray_worker_setup() -> None:
     """Ray's ``worker_process_setup_hook`` of a PPO job (``ray-runtime-env-gates`` sets it): every Ray worker boots
     the plugin at its start, also one that never imports verl (fully-async's ``MessageQueue``), so each has a
     record; a worker that imports verl later just loads it again. Ray's worker loop sets its own SIGTERM handler
-    after this hook: the process-end observer is chained in front of it when it does."""
+    after this hook: the process-end observer is chained in front of it when it does. Where verl's own plugin policy
+    (``VERL_USE_EXTERNAL_PLUGINS``) leaves this plugin out, the worker runs without it, as verl would: said once, at
+    WARNING (the cluster check at the job's start names such a node first)."""
+    if not verl_policy_allows():
+        logger.warning("verl-ascend-ext: %s=%r leaves this plugin out: this Ray worker (pid %d) runs without it",
+                       PLUGIN_POLICY_ENV, os.environ.get(PLUGIN_POLICY_ENV), os.getpid())
+        return
     activate_or_exit("ray")
     utils = sys.modules.get("ray._private.utils")  # imported: Ray runs this hook
     set_handler = getattr(utils, "set_sigterm_handler", None)

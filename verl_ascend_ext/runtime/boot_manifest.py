@@ -39,6 +39,8 @@ SETTINGS = (
     ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_SLEEPS', 3, 'verl_ascend_ext.features.sleep_memory.settings:sleeps_count', 'sleeps'),
     ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_MIB', 50.0, 'verl_ascend_ext.patching.gates:positive_mebibytes', 'MiB'),
     ('VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
+    ('VERL_ASCEND_EXT_CLUSTER_CHECK', 'error', 'verl_ascend_ext.features.device.targets:cluster_check_mode', ''),
+    ('VERL_ASCEND_EXT_CLUSTER_CHECK_TIMEOUT', 60.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
 )
 
 # (patch id, target, gate variable, observed)

@@ -18,6 +18,7 @@ from verl_ascend_ext.patching.gates import DISABLE_ENV, Gate, GateValueError, Se
 from verl_ascend_ext.patching.prediction import predict_all
 from verl_ascend_ext.patching.record import NEEDS_ATTENTION, Status
 from verl_ascend_ext.patching.source import find_module_file
+from verl_ascend_ext.runtime.boot import PLUGIN_POLICY_ENV, VERL_ENTRY_POINT, verl_policy_allows
 from verl_ascend_ext.runtime.findings import Finding
 from verl_ascend_ext.runtime.hookspecs import FEATURE_GROUP
 from verl_ascend_ext.runtime.registry import FeatureDeclarationError, plugin_manager, registry
@@ -26,9 +27,7 @@ from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
 
 DISTRIBUTIONS = ("verl", "vllm", "vllm-ascend", "torch", "torch_npu", "megatron-core", "transformers")
-VERL_ENTRY_POINT = "ascend_ext"
 VLLM_ENTRY_POINT = "verl_ascend_ext"
-PLUGIN_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
 VLLM_PLUGINS_ENV = "VLLM_PLUGINS"
 
 
@@ -86,7 +85,7 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
     if not registered:
         problems.append("entry point verl.plugins:ascend_ext is not registered: reinstall verl-ascend-ext")
     policy = environ.get(PLUGIN_POLICY_ENV, "auto").strip().lower()
-    allowed = policy == "auto" or (policy != "none" and VERL_ENTRY_POINT in {p.strip() for p in policy.split(",")})
+    allowed = verl_policy_allows(environ)
     if not allowed:
         problems.append(f"{PLUGIN_POLICY_ENV}={environ.get(PLUGIN_POLICY_ENV)!r} excludes this plugin; "
                         f"unset it or add '{VERL_ENTRY_POINT}'")

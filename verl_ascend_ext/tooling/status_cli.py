@@ -37,7 +37,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
         from verl_ascend_ext.tooling.cluster.status_ray import collect_cluster
 
         directory = directory or os.environ.get(DIR_ENV)
-        batches, notes, node_problems, error = collect_cluster(address, timeout, directory)
+        batches, notes, node_problems, error, actors = collect_cluster(address, timeout, directory)
         if error is not None:
             report = {"processes": [], "summary": {}, "by_role": {}, "problems": [], "notes": [error],
                       "exit_code": 2}
@@ -47,7 +47,7 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
             return 2
         records = merge(batches)
     else:
-        node_problems = []
+        node_problems, actors = [], []
         records, notes = collect(base)
         if directory is not None and not records:  # asked for this directory: nothing read is no "OK"
             print(f"verl-ascend status: error: {_nothing_read(directory, notes)}", file=sys.stderr)
@@ -64,6 +64,11 @@ def main(as_json: bool = False, directory: str | None = None, ray: bool = False,
     report["declared_by"] = _declared_by(report)
     report["acts_when"] = _acts_when(report)
     report["counts_lag_s"] = FLUSH_EVERY
+    if ray:
+        from verl_ascend_ext.tooling.cluster.status_ray import describe, without_record
+
+        report["without_plugin"] = without_record(actors, records)
+        node_problems = node_problems + [describe(a) for a in report["without_plugin"]]
     if node_problems:
         report["problems"] = node_problems + report["problems"]
         report["exit_code"] = 1

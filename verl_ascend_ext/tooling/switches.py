@@ -38,7 +38,8 @@ PACKAGE_VARIABLES = (
     Row(gates.DISABLE_ENV, "empty", "kill switch: `id,id` or `*` (ids from `verl-ascend doctor`); an unknown id is "
         "an error, not a silent no-op"),
     Row(DIR_ENV, "`<temp dir>/verl-ascend-ext-status-<uid>`",
-        "where each process records what ran in it (`verl-ascend status`)"),
+        "where each process records what ran in it (`verl-ascend status`); `${NAME}` in it is read from each "
+        "process's environment (Ray expands it per node from the raylet's: a path of each node's own)"),
     Row(KEEP_ENV, f"`{int(DEFAULT_KEEP)}` s", "seconds a dead process's record is kept after it was last written "
         "(each process removes its own namespace's older ones at most hourly; `verl-ascend status --prune` all)"),
 )

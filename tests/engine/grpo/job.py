@@ -77,6 +77,7 @@ class Job:
     checkpoint_dir: Path | None = None
     killed: int | None = None  # the pid ``JobSpec.kill`` killed
     fault_to_end: float | None = None  # seconds from that kill to the driver's end
+    post_mortem: dict[str, Any] | None = None  # what ``verl-ascend status --ray --json`` said (a job on several nodes)
 
     @property
     def name(self) -> str:
@@ -95,8 +96,13 @@ class Job:
         return self
 
     def records(self) -> list[dict[str, Any]]:
-        """Every process record of the job, as ``verl-ascend status`` reads them (``records.reader.collect``)."""
-        return collect(str(self.status_dir))[0]
+        """Every process record of the job, as ``verl-ascend status`` reads them (``records.reader.collect``), from
+        every node's status directory."""
+        return [rec for d in node_status_dirs(self.directory, self.spec.nodes) for rec in collect(str(d))[0]]
+
+    def node_records(self, node: int) -> list[dict[str, Any]]:
+        """The records node ``node`` (0: the head) holds in its own status directory."""
+        return collect(str(node_status_dirs(self.directory, self.spec.nodes)[node]))[0]
 
     def by_role(self) -> dict[str, list[dict[str, Any]]]:
         """The records by role, a Ray actor's with its class (``ray-worker WorkerDict``)."""
@@ -165,6 +171,12 @@ class Job:
 
 
 SYNC_ENTRY, FULLY_ASYNC_ENTRY = "verl.trainer.main_ppo", "verl.experimental.fully_async_policy.fully_async_main"
+NODE_STATUS = "GRPO_NODE_STATUS_DIR"  # each raylet's own status directory (a job on several nodes)
+
+
+def node_status_dirs(directory: Path, nodes: int) -> list[Path]:
+    """Each node's status directory: the head's ``status``, node i's ``status-node<i>`` (one machine's each)."""
+    return [directory / "status"] + [directory / f"status-node{i}" for i in range(1, nodes)]
 
 
 def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: float = 900) -> Job:
@@ -209,13 +221,19 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
         MARK: marker, **spec.faults,
     }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
     (directory / "transfers").mkdir(exist_ok=True)
+    status_dirs = node_status_dirs(directory, spec.nodes)
     driver_env = {**cluster_env,
                   GATE: "1" if spec.gate else "0",  # the driver only: the plugin carries it to every Ray worker
                   "VERL_ASCEND_EXT_STATUS_DIR": str(directory / "status")}
+    if spec.nodes > 1:  # each node records in its own directory, as on separate machines: Ray expands the carried
+        # ${...} on each node from its raylet's environment, the driver from its own (the head's)
+        driver_env.update({"VERL_ASCEND_EXT_STATUS_DIR": f"${{{NODE_STATUS}}}", NODE_STATUS: str(status_dirs[0])})
+        cluster_env = {**cluster_env, NODE_STATUS: str(status_dirs[0]),
+                       "VERL_ASCEND_EXT_STATUS_DIR": str(status_dirs[0])}  # `status --ray` reads each node's own
     actor = megatron_overrides(dict(spec.layout), moe=moe) if megatron else FSDP2_ACTOR
 
     def command(address: str) -> list[str]:
-        own = common(MODELS[spec.model], actor, spec.ranks, address, checkpoints)
+        own = common(MODELS[spec.model], actor, spec.ranks, address, checkpoints, nodes=spec.nodes)
         if spec.mode == "fully-async":
             own += fully_async_overrides(steps=spec.steps, save_freq=spec.save_every)
             entry = FULLY_ASYNC_ENTRY
@@ -230,21 +248,33 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
     log_path = directory / "job.log"
     started = time.monotonic()
     killer: RankKiller | None = None
+    post_mortem: dict[str, Any] | None = None
     ended = started
     with open(log_path, "w") as log:
         try:
-            head, address = start_ray(gpus, cluster_env, log)
+            others = [{"num_gpus": gpus // spec.nodes, "env_vars": {NODE_STATUS: str(d), "VERL_ASCEND_EXT_STATUS_DIR":
+                                                                   str(d), **spec.second_node}}
+                      for d in status_dirs[1:]]
+            head, address = start_ray(gpus // spec.nodes, cluster_env, log, others)
             argv = command(address)
             (directory / "argv.json").write_text(json.dumps(argv, indent=1))
             proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            killer = RankKiller(directory, checkpoints, spec.kill) if spec.kill else None
+            killer = RankKiller(status_dirs, checkpoints, spec.kill) if spec.kill else None
             try:
                 returncode = proc.wait(timeout=timeout)
                 ended = time.monotonic()
-                await_teardown(directory / "status", TEARDOWN)
+                for status_dir in status_dirs:
+                    await_teardown(status_dir, TEARDOWN)
             except subprocess.TimeoutExpired:
                 returncode, ended = -signal.SIGKILL, time.monotonic()
+            if spec.nodes > 1:  # while the cluster still runs: the post-mortem across its nodes
+                ray_status = run_command([CLI, "status", "--ray", "--address", address, "--json"],
+                                         {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}, check=False,
+                                         timeout=180)  # a driver of the loopback cluster, as the job's
+                (directory / "status-ray.json").write_text(ray_status.stdout)
+                (directory / "status-ray.err").write_text(ray_status.stderr)
+                post_mortem = {"exit_code": ray_status.returncode, **json.loads(ray_status.stdout or "{}")}
             if killer is not None:
                 killer.stop.set()
                 if killer.killed is None:  # the job's explanation says why it did not fail as planned
@@ -265,7 +295,7 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
                    ("ok" if returncode == 0 else f"exit {returncode}") + after)
     text = log_path.read_text(errors="replace")
     return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints,
-               killed=None if killer is None else killer.killed, fault_to_end=fault)
+               killed=None if killer is None else killer.killed, fault_to_end=fault, post_mortem=post_mortem)
 
 
 class RankKiller(threading.Thread):
@@ -273,23 +303,25 @@ class RankKiller(threading.Thread):
     (verl's tracker ``latest_checkpointed_iteration.txt`` says N; it is written after the save), the process WHAT
     names, found in the job's records, is killed with SIGKILL, as the OOM killer would (``stop:``: stopped with
     SIGSTOP, a live process that stalls), while the next step runs. (Right after a weight sync would race with that
-    step's save, which follows it.) WHAT: ``trainer-rank1`` (actor rank 1, a ``WorkerDict``), a role
-    (``engine-core``, ``vllm-worker``: the lowest live pid of them) or ``actor:CLASS`` (a Ray actor of that class:
+    step's save, which follows it.) WHAT: ``trainer-rank1`` (actor rank 1, a ``WorkerDict``), ``trainer-node1`` (the
+    actor rank whose record is in the second node's status directory: a job on two nodes), a role (``engine-core``,
+    ``vllm-worker``: the lowest live pid of them) or ``actor:CLASS`` (a Ray actor of that class:
     ``actor:FullyAsyncRollouter``, ``actor:MessageQueue``, ``actor:vLLMHttpServer``, ...)."""
 
     ROLES = ("engine-core", "vllm-worker")
 
-    def __init__(self, directory: Path, checkpoints: Path, kill: str) -> None:
+    def __init__(self, status_dirs: list[Path], checkpoints: Path, kill: str) -> None:
         super().__init__(daemon=True, name=f"kill {kill}")
         what, _, after = kill.partition("@saved-")
         self.signal = signal.SIGKILL
         if what.startswith("stop:"):
             what, self.signal = what[len("stop:"):], signal.SIGSTOP
-        if not (what == "trainer-rank1" or what in self.ROLES or what.startswith("actor:")) or not after.isdigit():
+        if not (what in ("trainer-rank1", "trainer-node1") or what in self.ROLES or what.startswith("actor:")) \
+                or not after.isdigit():
             raise ValueError(f"JobSpec.kill={kill!r}: known: [stop:]WHAT@saved-<step>, WHAT one of trainer-rank1, "
-                             f"{', '.join(self.ROLES)}, actor:<Ray actor class>")
+                             f"trainer-node1, {', '.join(self.ROLES)}, actor:<Ray actor class>")
         self.what = what
-        self.status, self.tracker, self.after = directory / "status", checkpoints / TRACKER, int(after)
+        self.status_dirs, self.tracker, self.after = status_dirs, checkpoints / TRACKER, int(after)
         self.stop = threading.Event()
         self.killed: int | None = None  # the pid it killed (or stopped)
         self.killed_at = 0.0  # time.monotonic() of the kill
@@ -299,7 +331,11 @@ class RankKiller(threading.Thread):
         text = self.tracker.read_text().strip() if self.tracker.exists() else ""
         return int(text) if text.isdigit() else 0
 
-    def targets(self, records: list[dict[str, Any]]) -> list[int]:
+    def targets(self) -> list[int]:
+        if self.what == "trainer-node1":
+            live = [r for r in read_records(str(self.status_dirs[1]))[0] if alive(int(r["pid"]), r.get("proc_start"))]
+            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict")
+        records = [r for d in self.status_dirs for r in read_records(str(d))[0]]
         live = [r for r in records if alive(int(r["pid"]), r.get("proc_start"))]
         if self.what in self.ROLES:
             return sorted(int(r["pid"]) for r in live if r.get("role") == self.what)
@@ -311,7 +347,7 @@ class RankKiller(threading.Thread):
         while not self.stop.wait(0.2):
             if self.saved() < self.after:
                 continue
-            found = self.targets(read_records(str(self.status))[0])
+            found = self.targets()
             if found:
                 self.killed, self.killed_at = found[0], time.monotonic()
                 os.kill(self.killed, self.signal)
@@ -326,10 +362,13 @@ def _overlay_searchpath(override: str, verl: str) -> str:
     return override
 
 
-def start_ray(gpus: int, env: dict[str, str], log: IO[str]) -> tuple[subprocess.Popen, str]:
-    """A Ray head on loopback with ``gpus`` fake GPUs, started with ``env`` (``ray_head.py``, in its own session):
-    the process and address."""
-    head = subprocess.Popen([sys.executable, str(HERE / "ray_head.py"), str(gpus)], env=env, stdin=subprocess.PIPE,
+def start_ray(gpus: int, env: dict[str, str], log: IO[str], others: list[dict[str, Any]] | None = None
+              ) -> tuple[subprocess.Popen, str]:
+    """A Ray head on loopback with ``gpus`` fake GPUs, started with ``env`` (``ray_head.py``, in its own session),
+    and ``others``, more nodes (``{"num_gpus": N, "env_vars": {...}}``: raylets of their own): the process and the
+    cluster's address."""
+    head = subprocess.Popen([sys.executable, str(HERE / "ray_head.py"), str(gpus), json.dumps(others or [])], env=env,
+                            stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     address = head.stdout.readline().strip() if head.stdout else ""
     if not address:

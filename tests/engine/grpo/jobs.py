@@ -23,6 +23,9 @@ BARRIER_TIMEOUT = 20  # seconds (VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT) be
 # a killed actor rank: Ray's report of it reaches the driver, or the job watch sees it first (both within seconds)
 LOST = "JobProcessLost|ActorDiedError"
 DROPPED = "model.layers.1.mlp.down_proj.weight"  # the tensor the export-check scenarios leave out of an export
+# a node whose environment leaves the plugin out of both loaders (verl's discovery, vLLM's general plugins), as a
+# node without it would: its workers run unpatched
+HIDDEN = {"VERL_USE_EXTERNAL_PLUGINS": "none", "VLLM_PLUGINS": "lora_filesystem_resolver"}
 
 
 def fault(kind: str, sync: int) -> Mapping[str, str]:
@@ -59,10 +62,14 @@ class JobSpec:
     recipe: str | None = None  # the shipped recipe whose overrides the job takes (``grpo/recipe_overrides.py``)
     kill: str = ""  # a fault: "trainer-rank1@saved-N" or "engine-core@saved-N", SIGKILL once step N's checkpoint is
     # complete (job.RankKiller)
+    nodes: int = 1  # Ray nodes (raylets of their own on this machine, each with its own status directory): the ranks
+    # spread over them by verl's placement (trainer.nnodes)
+    second_node: Mapping[str, str] = field(default_factory=dict)  # what the second node's raylet environment adds
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layout", MappingProxyType(dict(self.layout)))
         object.__setattr__(self, "faults", MappingProxyType(dict(self.faults)))
+        object.__setattr__(self, "second_node", MappingProxyType(dict(self.second_node)))
 
     @property
     def ranks(self) -> int:
@@ -121,6 +128,18 @@ JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     # line, and verl's fully-async resume counts its first step one further than the checkpoint's: docs/grpo-cpu.md)
     JobSpec("fully-async-resumed", verl="0.9.1", mode="fully-async", actor="megatron", layout=TP2, steps=6,
             save_every=1, recipe="glm5_2_megatron_fully_async", resumes="fully-async"),
+    # two Ray nodes (tests/engine/test_two_nodes.py): verl places one actor rank (and its rollout replica) on each;
+    # each node records in its own status directory. The rank on the second node is SIGKILLed once step 1's
+    # checkpoint is complete: `status --ray` gathers both nodes' records and names it first
+    JobSpec("two-nodes", verl="0.9.0", nodes=2, steps=2, save_every=1, kill="trainer-node1@saved-1", planned=LOST),
+    # the second node's environment leaves the plugin out: the cluster check stops the job before training
+    JobSpec("two-nodes-hidden", verl="0.9.0", nodes=2, second_node=HIDDEN, steps=1, save_every=1,
+            planned="ClusterCheckError"),
+    # the same with the check set to warn: the job trains, that node's workers unpatched (`status --ray` names them).
+    # The weight-sync fixes off: their barrier is a collective of the actor ranks, which a rank without the plugin
+    # never joins (what the check's default, error, keeps from happening)
+    JobSpec("two-nodes-hidden-warn", verl="0.9.0", nodes=2, second_node=HIDDEN, steps=1, save_every=1,
+            faults={"VERL_ASCEND_EXT_CLUSTER_CHECK": "warn", "VERL_ASCEND_EXT_WEIGHT_SYNC_FIXES": "0"}),
 )}
 
 

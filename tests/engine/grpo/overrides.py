@@ -66,8 +66,10 @@ FSDP2_ACTOR = [
 ]
 
 
-def common(model: Path, actor: list[str], ranks: int, ray_address: str, checkpoints: Path) -> list[str]:
-    """What every job sets: the data, the model and actor, the rollout engine, the reward, the trainer's frame."""
+def common(model: Path, actor: list[str], ranks: int, ray_address: str, checkpoints: Path, nodes: int = 1
+           ) -> list[str]:
+    """What every job sets: the data, the model and actor, the rollout engine, the reward, the trainer's frame (its
+    ``ranks`` spread over ``nodes`` nodes by verl's own placement)."""
     return [
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
         f"data.train_files={DATA / 'train.parquet'}", f"data.val_files={DATA / 'test.parquet'}",
@@ -84,7 +86,7 @@ def common(model: Path, actor: list[str], ranks: int, ray_address: str, checkpoi
         "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
         f"reward.custom_reward_function.path={HERE / 'arithmetic_reward.py'}",
         "reward.custom_reward_function.name=compute_score",
-        "trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}", "trainer.nnodes=1",
+        "trainer.device=cpu", f"trainer.n_gpus_per_node={ranks // nodes}", f"trainer.nnodes={nodes}",
         "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.logger=console",
         f"trainer.default_local_dir={checkpoints}", "trainer.project_name=verl-ascend-ext",
         f"+ray_kwargs.ray_init.address={ray_address}",  # the job's own cluster (``start_ray``)

@@ -1,6 +1,9 @@
 """TEST-ONLY: start a Ray head node on loopback for one GRPO job, print its address, keep it until stdin closes.
 
-    python ray_head.py NUM_GPUS
+    python ray_head.py NUM_GPUS [NODES_JSON]
+
+NODES_JSON: more nodes, each a raylet of its own on this machine (``{"num_gpus": N, "env_vars": {...}}``: what its
+raylet's environment adds to the cluster's), as a job on several machines has.
 
 Run by ``job.start_ray`` with the cluster's environment (the test's infrastructure, none of this package's
 variables), so the head's raylet and every worker it starts have exactly that environment. Ray's own switch
@@ -11,6 +14,7 @@ placement groups wait forever on fewer).
 
 from __future__ import annotations
 
+import json
 import sys
 
 from ray.cluster_utils import Cluster
@@ -20,6 +24,9 @@ def main() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 64, "num_gpus": int(sys.argv[1]),
                                                            "include_dashboard": False})
     try:
+        for node in json.loads(sys.argv[2]) if len(sys.argv) > 2 else []:
+            cluster.add_node(num_cpus=64, num_gpus=node["num_gpus"], env_vars=node["env_vars"])
+        cluster.wait_for_nodes()
         print(cluster.address, flush=True)
         sys.stdin.read()  # until the job ends (the test closes our stdin, or kills us)
     finally:

@@ -7,7 +7,10 @@
 - A patch record on ``verl.trainer.constants_ppo:get_ppo_ray_runtime_env`` adds this package's gates
   that are set in the driver to the job's Ray runtime environment (``device.ray_env``), so they reach
   every worker on every node. ``main_ppo`` imports that function by name; an import hook on it rebinds
-  the name if it was bound before the patch (late activation only).
+  the name if it was bound before the patch (late activation only). The same wrapper arms the cluster check
+  (``cluster_check``, settings ``VERL_ASCEND_EXT_CLUSTER_CHECK`` / ``_TIMEOUT``): right after verl's ``ray.init``
+  every node that can take the job's workers is asked what it has, and one that differs stops the job before
+  training.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from verl_ascend_ext.features.device.import_hooks import on_main_ppo, on_platform_module
 from verl_ascend_ext.features.device.targets import (
+    CLUSTER_CHECK,
+    CLUSTER_CHECK_TIMEOUT,
     CONSTANTS,
     FORWARD_GATE,
     GATE,
@@ -27,7 +32,7 @@ from verl_ascend_ext.features.device.targets import (
     RUNTIME_ENV_FUNCTION,
 )
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
-from verl_ascend_ext.patching.gates import GateValueError
+from verl_ascend_ext.patching.gates import GateValueError, Setting
 from verl_ascend_ext.runtime.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -63,13 +68,18 @@ RAY_RUNTIME_ENV = PatchRecord(
     remove_when="verl offers plugins a way to add runtime-env variables to run_ppo's ray.init",
     traced=False,
     acts_when="the driver has variables of this package set to carry to the Ray workers (the workers' setup hook, "
-              "which boots the plugin in each, is set on every call)",
+              "which boots the plugin in each, is set, and the cluster check armed, on every call)",
 )
 
 
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
     return [GATE, FORWARD_GATE]
+
+
+@hookimpl
+def verl_ascend_ext_settings() -> list[Setting]:
+    return [CLUSTER_CHECK, CLUSTER_CHECK_TIMEOUT]
 
 
 @hookimpl

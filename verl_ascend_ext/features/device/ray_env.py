@@ -7,7 +7,8 @@ out variables already set in the driver, assuming workers inherit them, which ho
 started by the driver itself: raylets of other nodes were started by someone else. The wrapper adds
 each of this package's variables that is set in the driver (``env.package_env``) as a default, so the
 user's own ``runtime_env.env_vars`` entry, merged on top by verl, still wins; nothing is added for a
-variable that is not set.
+variable that is not set. It also arms the cluster check (``cluster_check``), which runs right after that
+``ray.init``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ def forward_gates(original: Any, *args: Any, **kwargs: Any) -> Any:
     """``get_ppo_ray_runtime_env`` plus every package variable set in this process (verl's values kept), and the
     plugin's boot as every worker's setup hook (a hook of the user's own stays: then a worker boots the plugin when
     it imports verl)."""
+    from verl_ascend_ext.features.device import cluster_check
     from verl_ascend_ext.runtime.boot import RAY_SETUP_HOOK
 
     runtime_env = original(*args, **kwargs)
     runtime_env.setdefault("worker_process_setup_hook", RAY_SETUP_HOOK)
+    cluster_check.arm()  # run_ppo's ray.init with this runtime env comes next: the nodes are asked right after it
     ours = package_env()
     if ours:
         acted(RAY_RECORD_ID)

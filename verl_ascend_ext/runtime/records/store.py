@@ -16,6 +16,7 @@ import errno
 import itertools
 import logging
 import os
+import re
 import stat
 import threading
 from collections.abc import Mapping
@@ -38,9 +39,16 @@ def default_base() -> str:
 
 
 def base_dir(environ: Mapping[str, str] | None = None) -> str:
-    """The status directory this process's environment names (``VERL_ASCEND_EXT_STATUS_DIR``, else the default)."""
+    """The status directory this process's environment names (``VERL_ASCEND_EXT_STATUS_DIR``, else the default).
+
+    ``${NAME}`` (or ``$NAME``) in it is that variable of the same environment, as Ray expands a runtime env's
+    variables on each node from its raylet's: a job's driver can give every node a path of its own (an unknown name
+    is left as written)."""
     env = os.environ if environ is None else environ
-    return env.get(DIR_ENV) or default_base()
+    raw = env.get(DIR_ENV)
+    if not raw:
+        return default_base()
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m[1] or m[2], m[0]), raw)
 
 
 def record_name(host: str, pid: int, ticks: int | None) -> str:

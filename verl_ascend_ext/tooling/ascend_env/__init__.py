@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from verl_ascend_ext.runtime.findings import INFO, WARN, Finding
-from verl_ascend_ext.tooling.ascend_env.duplicates import describe, duplicate_installs
-from verl_ascend_ext.tooling.ascend_env.infofile import is_unknown
-from verl_ascend_ext.tooling.ascend_env.stack import (
+from verl_ascend_ext.runtime.ascend_stack.infofile import is_unknown
+from verl_ascend_ext.runtime.ascend_stack.stack import (
     SYSROOT_ENV,
     cann_info,
     driver_info,
@@ -24,6 +22,8 @@ from verl_ascend_ext.tooling.ascend_env.stack import (
     nnal_info,
     npu_smi,
 )
+from verl_ascend_ext.runtime.findings import INFO, WARN, Finding
+from verl_ascend_ext.tooling.ascend_env.duplicates import describe, duplicate_installs
 from verl_ascend_ext.tooling.ascend_env.torch_npu_cann import compatibility
 
 COMPONENTS = ("cann", "nnal", "driver", "firmware")

@@ -24,12 +24,20 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter
 from typing import Any
 
+from verl_ascend_ext.features.device import node_inventory
+from verl_ascend_ext.features.device.node_ask import alive_nodes, ask_each
+from verl_ascend_ext.features.device.node_differences import (
+    CHANGING,
+    INFO,
+    SPELLING,
+    differences,
+    inventory_facts,
+    is_head,
+)
 from verl_ascend_ext.tooling.cluster import probe
 
-HEAD_RESOURCE = "node:__internal_head__"
 DEFAULT_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 5.0
 
@@ -91,40 +99,20 @@ def collect(address: str, deadline: float, task: Any = probe.node_report,
     failed). ``args``: the task's arguments (default: the driver paths ``probe.node_report`` takes)."""
     ray = _connect(address)
     try:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        ray.cloudpickle.register_pickle_by_value(probe)  # nodes without this package can still answer
-        remote = ray.remote(num_cpus=0, max_retries=0)(task)
-        nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
-                       key=lambda n: (HEAD_RESOURCE not in n.get("Resources", {}), n["NodeID"]))
-        refs = [remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
-                .remote(*(args if args is not None else (_driver_paths(),))) for n in nodes]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(1.0, deadline - time.monotonic()))
-        answers: list[dict[str, Any]] = []
-        for ref in refs:
-            if ref not in ready:
-                answers.append({"error": "no answer before the deadline (node busy or unreachable?)"})
-                continue
-            try:
-                answers.append(ray.get(ref))
-            except Exception as err:
-                answers.append({"error": f"the {getattr(task, '__name__', 'probe')} task failed there: "
-                                         f"{type(err).__name__}: {err}"})
-        return nodes, answers
+        nodes = alive_nodes(ray)
+        return nodes, ask_each(ray, nodes, task, args if args is not None else (_driver_paths(),), deadline,
+                               by_value=(probe, node_inventory))  # nodes without this package can still answer
     finally:
         ray.shutdown()
 
 
-# What a difference in a fact means: it changes what runs (exit 1); it is the spelling of a gate whose
-# parsed value is a separate fact; or it is shown for information only (node-specific by nature).
-CHANGING, SPELLING, INFO = "behaviour-changing", "spelling", "informational"
 RAW = " (raw)"
 INFO_CHECKS = frozenset({"ascend sysroot"})  # the tests-only sysroot marker
 
 
 def _ascend_facts(report: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """CANN, NNAL, driver, firmware and duplicate installs change behaviour; paths, npu-smi and variables
-    such as HCCL_IF_IP legitimately differ per node and are informational."""
+    """NNAL, driver, firmware and duplicate installs change behaviour (the CANN toolkit is an inventory fact); paths,
+    npu-smi and variables such as HCCL_IF_IP legitimately differ per node and are informational."""
     from verl_ascend_ext.tooling.ascend_env import COMPONENTS, LABELS
     from verl_ascend_ext.tooling.ascend_env.duplicates import fact
 
@@ -132,6 +120,8 @@ def _ascend_facts(report: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     ascend = report.get("ascend")
     if ascend is not None:  # a node with an older verl-ascend-ext reports no Ascend environment
         for key in COMPONENTS:
+            if key == "cann":
+                continue
             part = ascend[key]
             out[LABELS[key]] = (part["version"] if part else "not installed", CHANGING)
         if ascend["cann"]:
@@ -144,31 +134,18 @@ def _ascend_facts(report: dict[str, Any]) -> dict[str, tuple[Any, str]]:
 
 
 def facts(answer: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """Comparable facts of one node: name -> (value, what a difference means: CHANGING, SPELLING or INFO)."""
-    if "error" in answer:
-        return {}
-    out: dict[str, tuple[Any, str]] = {
-        "plugin installed": (answer["installed"], CHANGING),
-        "version verl-ascend-ext": (answer["plugin_version"], CHANGING),
-    }
-    if not answer["installed"]:  # nothing can load a package that does not import
-        out["verl loads the plugin"] = (False, CHANGING)
-        out["vLLM loads the plugin"] = (False, CHANGING)
-        out.update({f"version {k}": (v, CHANGING) for k, v in answer["versions"].items()})
-        out.update({f"gate {k}{RAW}": (v, CHANGING) for k, v in answer["environ"].items()})
+    """Comparable facts of one node: the inventory's (``node_differences.inventory_facts``: plugin, versions, gates,
+    settings, kill switch, CANN) and the doctor's own (vLLM's loading, gate spellings, patch and check statuses, the
+    rest of the Ascend environment). Name -> (value, what a difference means: CHANGING, SPELLING or INFO)."""
+    out = inventory_facts(answer)
+    report = answer.get("report")
+    if not out or report is None:
+        if out and not answer["installed"]:
+            out["vLLM loads the plugin"] = (False, CHANGING)
         return out
-    report = answer["report"]
-    out.update({f"version {k}": (v, CHANGING) for k, v in report["versions"].items()})
-    out["verl loads the plugin"] = (report["plugin"]["verl_will_load"], CHANGING)
     out["vLLM loads the plugin"] = (report["plugin"]["vllm_will_load"], CHANGING)
     for gate in report["gates"]:
-        value = "INVALID" if gate["error"] else ("on" if gate["value"] else "off")
-        out[f"gate {gate['env']}"] = (value, CHANGING)
         out[f"gate {gate['env']}{RAW}"] = ("unset" if gate["raw"] is None else gate["raw"], SPELLING)
-    for setting in report.get("settings", ()):
-        out[f"setting {setting['env']}"] = ("INVALID" if setting["error"] else setting["value"], CHANGING)
-    disabled = sorted(p.strip() for p in report["disable"].split(",") if p.strip())
-    out["VERL_ASCEND_EXT_DISABLE"] = (",".join(disabled) or "unset", CHANGING)
     out.update({f"patch {p['id']}": (p["status"], CHANGING) for p in report["patches"]})
     out.update({f"check {f['name']}": (f["status"], INFO if f["name"] in INFO_CHECKS else CHANGING)
                 for f in report["findings"] if not f["name"].startswith("duplicate install ")})
@@ -207,40 +184,18 @@ def compare(nodes: list[dict[str, Any]], answers: list[dict[str, Any]], address:
     """The cluster report: per-node summary, differences, problems and the exit code."""
     rows, per_node = [], []
     for node, answer in zip(nodes, answers, strict=True):
-        node_id = node["NodeID"]
-        is_head = HEAD_RESOURCE in node.get("Resources", {})
         node_facts = facts(answer)
-        per_node.append((node_id, is_head, node_facts))
-        rows.append({"node_id": node_id, "address": node.get("NodeManagerAddress", ""), "is_head": is_head,
+        per_node.append((node["NodeID"], is_head(node), node_facts))
+        rows.append({"node_id": node["NodeID"], "address": node.get("NodeManagerAddress", ""), "is_head": is_head(node),
                      "hostname": answer.get("hostname", ""), "answered": "error" not in answer,
                      "exit_code": answer.get("exit_code"), "problems": problems(answer),
                      "facts": {k: v for k, (v, _) in node_facts.items()}})
-    answered = [entry for entry in per_node if entry[2]]
-    keys = sorted({k for _, _, f in answered for k in f})
-    differences = []
-    for key in keys:
-        # A node without a working install cannot report gates, patches or checks: its "plugin installed"
-        # difference and problem say so once, instead of one "-" per missing fact.
-        values = {node_id: f.get(key, (None, CHANGING))[0] for node_id, _, f in answered
-                  if key in f or f["plugin installed"][0]}
-        if len({json.dumps(v) for v in values.values()}) <= 1:
-            continue
-        kinds = {f[key][1] for _, _, f in answered if key in f}
-        kind = CHANGING if CHANGING in kinds else kinds.pop()
-        counts = Counter(json.dumps(v) for v in values.values())
-        top = max(counts.values())
-        head_value = next((json.dumps(values[n]) for n, head, _ in answered if head), None)
-        reference = head_value if head_value is not None and counts[head_value] == top else \
-            next(v for v, c in counts.items() if c == top)
-        differences.append({
-            "key": key, "behaviour_changing": kind == CHANGING, "kind": kind, "reference": json.loads(reference),
-            "values": values, "differing": [n for n, v in values.items() if json.dumps(v) != reference],
-        })
-    differing_keys = {d["key"] for d in differences}
-    for d in differences:
+    found = differences(per_node)
+    differing_keys = {d["key"] for d in found}
+    for d in found:
         d["note"] = _note(d["key"], d.pop("kind"), differing_keys)
-    bad = any(d["behaviour_changing"] for d in differences) or any(r["problems"] for r in rows)
-    return {"address": address, "nodes": rows, "differences": differences, "errors": [], "exit_code": 1 if bad else 0}
+    bad = any(d["behaviour_changing"] for d in found) or any(r["problems"] for r in rows)
+    return {"address": address, "nodes": rows, "differences": found, "errors": [], "exit_code": 1 if bad else 0}
 
 
 def _label(rows: list[dict[str, Any]], node_id: str) -> str:

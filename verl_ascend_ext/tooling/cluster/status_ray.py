@@ -1,10 +1,12 @@
-"""`verl-ascend status --ray`: the process records of every alive node of a running Ray cluster.
+"""`verl-ascend status --ray`: the process records of every alive node of a running Ray cluster, and the actors
+that ran without the plugin.
 
 Uses the doctor's machinery (``doctor_ray``: connection with a fail-fast reachability check, a watchdog
-bounding the whole command by ``--timeout``, one ``num_cpus=0`` task pinned to each alive node). The
+bounding the whole command by ``--timeout``; ``node_ask``: one ``num_cpus=0`` task pinned to each alive node). The
 task (``node_records``, imported by reference: every node that ran the plugin has it installed) reads
 the node's status directory, namespaces ``local`` and the cluster's Ray session (the task runs in that
-session), with this host's liveness (reading only), and returns the records.
+session), with this host's liveness (reading only), and returns the records. Ray's table of actors then names every
+actor of the job that left no record (``without_record``).
 """
 
 from __future__ import annotations
@@ -34,17 +36,25 @@ def node_records(directory: str | None) -> dict[str, Any]:
 
 
 def collect_cluster(address: str | None, timeout: float, directory: str | None
-                    ) -> tuple[list[list[dict[str, Any]]], list[str], list[str], str | None]:
-    """(record batches per node, notes, node problems, error): error is set when the cluster is unreachable."""
-    from verl_ascend_ext.tooling.cluster.doctor_ray import ClusterError, _watchdog, collect
+                    ) -> tuple[list[list[dict[str, Any]]], list[str], list[str], str | None, list[dict[str, Any]]]:
+    """(record batches per node, notes, node problems, error, the cluster's actors): error is set when the cluster is
+    unreachable; the actors are Ray's table of every actor it knows (``actor_table``)."""
+    from verl_ascend_ext.features.device.node_ask import alive_nodes, ask_each
+    from verl_ascend_ext.tooling.cluster.doctor_ray import ClusterError, _connect, _watchdog
 
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
     deadline = time.monotonic() + timeout
     timer = _watchdog(timeout, target, "status --ray")
     try:
-        nodes, answers = collect(target, deadline, task=node_records, args=(directory,))
+        ray = _connect(target)
+        try:
+            nodes = alive_nodes(ray)
+            answers = ask_each(ray, nodes, node_records, (directory,), deadline)
+            actors = actor_table(ray)
+        finally:
+            ray.shutdown()
     except ClusterError as err:
-        return [], [], [], str(err)
+        return [], [], [], str(err), []
     finally:
         timer.cancel()
     batches, notes, problems = [], [], []
@@ -55,4 +65,35 @@ def collect_cluster(address: str | None, timeout: float, directory: str | None
             continue
         batches.append(answer["records"])
         notes += [f"{label}: {n}" for n in answer["notes"]]
-    return batches, notes, problems, None
+    return batches, notes, problems, None, actors
+
+
+def actor_table(ray: Any) -> list[dict[str, Any]]:
+    """Every actor the cluster's GCS knows (alive and dead, every job): what ``ray list actors`` shows, read from the
+    GCS directly (Ray's state API goes through the dashboard, which a cluster may run without)."""
+    from ray._private.state import state
+
+    return [{"actor_id": row["ActorID"], "class_name": row["ActorClassName"], "job_id": row["JobID"],
+             "state": row["State"], "pid": int(row.get("Pid") or 0),
+             "ip": (row.get("Address") or {}).get("IPAddress", ""),
+             "node_id": (row.get("Address") or {}).get("NodeID", "")}
+            for row in state.actor_table(None).values()]
+
+
+def without_record(actors: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The actors of the records' Ray jobs that left no record: they ran without this plugin (a node without it, or
+    whose environment leaves it out). An actor is the job's when its Ray job is that of an actor that recorded; it left
+    a record when one names its actor id, or its address and pid. Actors that never got a process are not counted."""
+    recorded_ids = {r["actor_id"] for r in records if r.get("actor_id")}
+    recorded_at = {(r.get("ip"), int(r.get("pid") or 0)) for r in records}
+    jobs = {a["job_id"] for a in actors if a["actor_id"] in recorded_ids}
+    return [a for a in actors if a["job_id"] in jobs and a["pid"] and a["actor_id"] not in recorded_ids
+            and (a["ip"], a["pid"]) not in recorded_at]
+
+
+def describe(actor: dict[str, Any]) -> str:
+    """One problem line of ``status --ray`` for an actor that left no record."""
+    return (f"ray actor {actor['class_name'].rpartition('.')[2]} (actor {actor['actor_id'][:12]}, pid {actor['pid']}, "
+            f"node {actor['node_id'][:8]} at {actor['ip']}, {actor['state'].lower()}): ran without the plugin (no "
+            "record: its node lacks verl-ascend-ext, or its environment leaves it out; `verl-ascend doctor --ray` "
+            "names the node)")

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_ascend_ext.runtime.ascend_stack.infofile import is_unknown
+from verl_ascend_ext.runtime.ascend_stack.stack import cann_info, nnal_info
 from verl_ascend_ext.runtime.findings import ERROR, NOT_CHECKED, OK, WARN, Finding
-from verl_ascend_ext.tooling.ascend_env.infofile import is_unknown
-from verl_ascend_ext.tooling.ascend_env.stack import cann_info, nnal_info
 from verl_ascend_ext.tooling.ascend_env.torch_npu_cann import same_cann
 from verl_ascend_ext.tooling.recipes.manifest import ManifestError
 

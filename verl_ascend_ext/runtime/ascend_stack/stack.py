@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verl_ascend_ext.tooling.ascend_env.infofile import read_info, unknown
+from verl_ascend_ext.runtime.ascend_stack.infofile import read_info, unknown
 
 # Existence is tested with os.path.exists / isdir / isfile, not their pathlib forms: those raise on EACCES
 # or ENAMETOOLONG, and a bad variable must read "unknown (...)", not stop the doctor.
