@@ -46,8 +46,10 @@ class Runner:
         nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: (HEAD not in n["Resources"], n["NodeID"]))
         workers = [Worker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
                    .remote() for n in nodes]
+        runner = {"node_id": ray.get_runtime_context().get_node_id(),
+                  "actor_id": ray.get_runtime_context().get_actor_id()}
         with open(OUT, "w") as f:
-            json.dump({"workers": ray.get([w.describe.remote() for w in workers])}, f)
+            json.dump({"workers": ray.get([w.describe.remote() for w in workers]), "runner": runner}, f)
 
 
 with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):

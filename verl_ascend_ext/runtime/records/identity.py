@@ -24,6 +24,9 @@ DP_ENGINE = re.compile(r"EngineCore_DP(\d+)")  # vLLM names each data-parallel e
 # rollout server, which runs vLLM's front-end (AsyncLLM) in its own process. Their role is vLLM's.
 VLLM_ACTORS = {"DPEngineCoreActor": ENGINE_CORE, "EngineCoreActor": ENGINE_CORE, "RayWorkerWrapper": VLLM_WORKER,
                "vLLMHttpServer": VLLM_FRONTEND}
+# This package's own tasks in a job's pool workers (the cluster check's question to each node at the job's start):
+# no work of the job, so the worker that ran one stays an idle pool worker (not watched, not counted)
+OWN_TASKS = frozenset({"node_inventory"})
 
 
 def ray_session(argv: Sequence[str] | None = None) -> str | None:
@@ -93,12 +96,12 @@ def stopped(pid: int, ticks: int | None) -> bool:
 
 def ray_actor(title: str) -> str | None:
     """Actor class (or task name) from a Ray worker's title ``ray::Name.method`` / ``ray::Name``, or a named
-    actor's ``ray::<actor name>:<...>:Name.method``; None when idle."""
+    actor's ``ray::<actor name>:<...>:Name.method``; None when idle or running one of this package's own tasks."""
     if not title.startswith("ray::"):
         return None
     name = title[5:].split()[0] if title[5:].strip() else ""
     name = name.split(".", 1)[0].rsplit(":", 1)[-1]
-    return None if name in ("", "IDLE") else name
+    return None if name in ("", "IDLE") or name in OWN_TASKS else name
 
 
 def ray_role(actor: str | None) -> str:

@@ -50,14 +50,18 @@ def collect_cluster(address: str | None, timeout: float, directory: str | None
         try:
             nodes = alive_nodes(ray)
             answers = ask_each(ray, nodes, node_records, (directory,), deadline)
-            actors = actor_table(ray)
+            try:
+                actors, unread = actor_table(ray), None
+            except Exception as err:  # another Ray's GCS tables: the records are still read, the gap said
+                actors, unread = [], (f"Ray's actor table not read ({type(err).__name__}: {err}): actors that ran "
+                                      "without the plugin are not named")
         finally:
             ray.shutdown()
     except ClusterError as err:
         return [], [], [], str(err), []
     finally:
         timer.cancel()
-    batches, notes, problems = [], [], []
+    batches, notes, problems = [], [] if unread is None else [unread], []
     for node, answer in zip(nodes, answers, strict=True):
         label = f"node {node['NodeID'][:8]} ({node.get('NodeManagerAddress', '')})"
         if "error" in answer:
