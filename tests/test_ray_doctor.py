@@ -22,7 +22,10 @@ from subprocesses import run_command
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GATE = "VERL_ASCEND_EXT_DISTILLATION_FIXES"
 
-pytestmark = [pytest.mark.anyverl, pytest.mark.long_module]  # a Ray cluster
+# a Ray cluster; verl 0.9.0 only: the nodes' comparison reads no code that differs between verl releases (doctor's
+# per-release report: test_doctor.py), and a raylet started beside a training job (the verl 0.9.1 phase of
+# scripts/test.sh) can miss Ray's fixed 30 s registration wait on a loaded 2-core machine
+pytestmark = pytest.mark.long_module
 
 
 @pytest.fixture(scope="module")
