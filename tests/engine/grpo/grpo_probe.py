@@ -38,6 +38,10 @@ Does nothing unless its variables are set:
   its barrier), ``stall`` blocks the rank (the thread sleeps, as a hung transfer would hold it) and ``kill`` ends
   the process with SIGKILL (as the OOM killer would: nothing runs after it). Nothing is written anywhere: what the
   job's records say about it is what the plugin saw.
+- ``GRPO_PROBE_TIME_ROUTE_CHECK=DIR``: each call of the plugin's R3 route check
+  (``routing.patch_code.check_routes_before_replay``, once per micro-batch on each actor rank) appends to
+  ``DIR/<pid>.jsonl`` ``{"t": wall time, "added": seconds}``: the call's time less verl's
+  ``prepare_model_inputs`` inside it, i.e. what the check adds to the step (``benchmarks/route_check_step_time.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ ORDERED = os.environ.get("GRPO_PROBE_ORDERED_BATCH") == "1"
 DROP = os.environ.get("GRPO_PROBE_DROP_EXPORT_TENSOR")
 DROP_UNDER = os.environ.get("GRPO_PROBE_DROP_EXPORT_UNDER", "")
 CORRUPT = os.environ.get("GRPO_PROBE_CORRUPT_ROUTES")
+TIME_CHECK = os.environ.get("GRPO_PROBE_TIME_ROUTE_CHECK")
 FAULT = os.environ.get("GRPO_PROBE_FAULT")
 FAULTS = ("stall", "kill")
 if FAULT is not None and FAULT not in FAULTS:
@@ -174,3 +179,30 @@ if FAULT:
             return out
 
         adapter.update_weights = update_then_fault
+
+
+if TIME_CHECK:
+    @wrapt.when_imported("verl_ascend_ext.features.routing.patch_code")
+    def _time_route_check(module: ModuleType) -> None:
+        check = module.check_routes_before_replay
+
+        def timed_check(original: Any, *args: Any, **kwargs: Any) -> Any:
+            inside = 0.0
+
+            def timed_original(*a: Any, **k: Any) -> Any:
+                nonlocal inside
+                started = time.perf_counter()
+                try:
+                    return original(*a, **k)
+                finally:
+                    inside += time.perf_counter() - started
+
+            started = time.perf_counter()
+            try:
+                return check(timed_original, *args, **kwargs)
+            finally:
+                added = time.perf_counter() - started - inside
+                with open(os.path.join(TIME_CHECK, f"{os.getpid()}.jsonl"), "a") as f:
+                    f.write(json.dumps({"t": time.time(), "added": added}) + "\n")
+
+        module.check_routes_before_replay = timed_check
