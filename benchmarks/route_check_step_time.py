@@ -100,12 +100,11 @@ def main() -> int:
             pair_steps[side] = [job.metrics[s]["timing_s/step"] for s in steps]
             pair_lengths[side] = [job.metrics[s].get(LENGTH, float("nan")) for s in steps]
             acted = acts(job)
-            if side == "on":
-                acts_per_step.append(acted / len(job.metrics))
             step_times = [round(job.metrics[s]["timing_s/step"], 2) for s in steps]
             print(f"{name}: exit {job.returncode}, wall {job.wall:.0f} s, steps timed {steps}, "
                   f"{CHECK} acted {acted} times, timing_s/step {step_times}", flush=True)
             if side == "on":
+                acts_per_step.append(acted / len(job.metrics))
                 calls, call_added, step_added = added_in_job(timed, len(job.metrics))
                 if calls < acted:  # every act is a call; a call without replayed routes returns before acting
                     print(f"error: the timing probe saw {calls} calls of the check, its records {acted} acts: "

@@ -40,7 +40,7 @@ Does nothing unless its variables are set:
   job's records say about it is what the plugin saw.
 - ``GRPO_PROBE_TIME_ROUTE_CHECK=DIR``: each call of the plugin's R3 route check
   (``routing.patch_code.check_routes_before_replay``, once per micro-batch on each actor rank) appends to
-  ``DIR/<pid>.jsonl`` ``{"t": wall time, "added": seconds}``: the call's time less verl's
+  ``DIR/<pid>.jsonl`` ``{"added": seconds}``: the call's time less verl's
   ``prepare_model_inputs`` inside it, i.e. what the check adds to the step (``benchmarks/route_check_step_time.py``).
 """
 
@@ -203,6 +203,6 @@ if TIME_CHECK:
             finally:
                 added = time.perf_counter() - started - inside
                 with open(os.path.join(TIME_CHECK, f"{os.getpid()}.jsonl"), "a") as f:
-                    f.write(json.dumps({"t": time.time(), "added": added}) + "\n")
+                    f.write(json.dumps({"added": added}) + "\n")
 
         module.check_routes_before_replay = timed_check
