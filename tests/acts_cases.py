@@ -215,7 +215,7 @@ def _watching(lost: bool | None) -> Callable[[Callable[..., Any]], Any]:
         import socket
         import uuid
 
-        from verl_ascend_ext.features.liveness import patch_code
+        from verl_ascend_ext.features.job_watch import patch_code
         from verl_ascend_ext.runtime.records.schema import new_record
         from verl_ascend_ext.runtime.records.store import record_name
 
@@ -280,7 +280,7 @@ async def _fit(rollouter: _Rollouter) -> None:
 
 def _fitting(fails: bool, client: bool = True) -> Callable[[Callable[..., Any]], Any]:
     async def call(replacement: Callable[..., Any]) -> None:
-        from verl_ascend_ext.features.liveness.generation import RolloutGenerationFailed
+        from verl_ascend_ext.features.fully_async_generation.patch_code import RolloutGenerationFailed
 
         rollouter = _Rollouter(fails, client)
         try:

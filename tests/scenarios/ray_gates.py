@@ -109,9 +109,9 @@ class HoldRunner:
         # record itself, in verl's trainer)
         from contextlib import nullcontext
 
-        from verl_ascend_ext.features.liveness.declaration import GATE as WATCH_GATE
-        from verl_ascend_ext.features.liveness.patch_code import watching
-        from verl_ascend_ext.features.liveness.targets import WATCH_ID
+        from verl_ascend_ext.features.job_watch.declaration import GATE as WATCH_GATE
+        from verl_ascend_ext.features.job_watch.patch_code import watching
+        from verl_ascend_ext.features.job_watch.targets import WATCH_ID
 
         deadline = time.monotonic() + 300
         with watching(WATCH_ID) if WATCH_GATE.read() else nullcontext():

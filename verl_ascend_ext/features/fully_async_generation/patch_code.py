@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_ascend_ext.features.liveness.targets import GENERATION_ID
+from verl_ascend_ext.features.fully_async_generation.targets import GENERATION_ID
 from verl_ascend_ext.patching.status import acted, stood_down
 
 GENERATION = "_streaming_generation_main"
@@ -23,7 +23,7 @@ class RolloutGenerationFailed(RuntimeError):
     """The fully-async rollouter's generation raised: the job fails on it."""
 
 
-class EndHeld:
+class SentinelHeldClient:
     """A message-queue client whose end-of-data sentinel is held back (every other call goes through)."""
 
     def __init__(self, client: Any) -> None:
@@ -56,7 +56,7 @@ async def fit_fails_closed(original: Any, rollouter: Any, *args: Any, **kwargs: 
             failures.append(err)
             raise
 
-    held = EndHeld(client)
+    held = SentinelHeldClient(client)
     setattr(rollouter, GENERATION, watched_generation)
     rollouter.message_queue_client = held
     try:

@@ -7,7 +7,8 @@ the job's workers) are the teardown's, never losses. On a loss the watch's threa
 (``seen_dead``), says what was lost (``JobProcessLost:``, in this process's log, which Ray forwards to the driver's)
 and ends this process at once with exit 1, its end recorded as an exit after ``JobProcessLost``
 (``process_end.exit_now``): the driver's wait on it fails (Ray's ``ActorDiedError``) and the job ends. It does not
-wait for the thread that runs ``fit``: that one is blocked on the lost process, which is the point.
+wait for the thread that runs ``fit``: that one is blocked on the lost process, which is the point. The watch needs
+every process's recorded end: with ``VERL_ASCEND_EXT_PROCESS_END=0`` it does not start, and says so.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from verl_ascend_ext.features.liveness.declaration import STOPPED_TIMEOUT
-from verl_ascend_ext.features.liveness.targets import WATCH_FULLY_ASYNC_ID, WATCH_ID
-from verl_ascend_ext.patching.status import acted
+from verl_ascend_ext.features.job_watch.declaration import STOPPED_TIMEOUT
+from verl_ascend_ext.features.job_watch.targets import WATCH_FULLY_ASYNC_ID, WATCH_ID
+from verl_ascend_ext.patching.status import acted, stood_down
 from verl_ascend_ext.runtime.records import process_end, recorder, store
 from verl_ascend_ext.runtime.records.outcome import label
 from verl_ascend_ext.runtime.records.watch import JobWatch, Loss
 
-logger = logging.getLogger("verl_ascend_ext.features.liveness")
+logger = logging.getLogger("verl_ascend_ext.features.job_watch")
+
+PROCESS_ENDS_OFF = (f"{process_end.GATE.env}=0: no process records how it ended, so every process that exits (even "
+                    "cleanly) would look lost")
 
 EXIT_CODE = 1
 
@@ -46,7 +50,7 @@ def message(losses: list[Loss], me: str) -> str:
                    "resumes.")
 
 
-def ender(record_id: str) -> Callable[[list[Loss]], None]:
+def end_job_on_loss(record_id: str) -> Callable[[list[Loss]], None]:
     """The watch's ``on_loss``: record each death, say what was lost, end this process (exit 1)."""
 
     def end_the_job(losses: list[Loss]) -> None:
@@ -70,7 +74,14 @@ def watching(record_id: str) -> Iterator[None]:
     if job is None:
         yield
         return
-    watch = JobWatch(job, store.base_dir(), ender(record_id), by=f"the job watch of pid {os.getpid()}",
+    if not process_end.GATE.read():
+        stood_down(record_id, "not started: " + PROCESS_ENDS_OFF)
+        logger.warning("verl-ascend-ext: the job watch did not start: %s. A lost process is not noticed in this job. "
+                       "Fix: unset %s (or set %s=0 to say the watch is off on purpose).", PROCESS_ENDS_OFF,
+                       process_end.GATE.env, "VERL_ASCEND_EXT_JOB_WATCH")
+        yield
+        return
+    watch = JobWatch(job, store.base_dir(), end_job_on_loss(record_id), by=f"the job watch of pid {os.getpid()}",
                      stopped_limit=STOPPED_TIMEOUT.read()).start()
     try:
         yield

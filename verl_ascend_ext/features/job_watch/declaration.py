@@ -7,15 +7,16 @@ hybrid job. Two records run the trainer's ``fit`` (the v1 PPO trainer's in the T
 in its actor: the process that waits on the rest) inside the job's watch (``runtime.records.watch``): a process of
 the job lost while it trains ends the job within seconds, naming it; so does one stopped (SIGSTOP, a tracer) for
 ``STOPPED_TIMEOUT`` seconds on end, which nothing else bounds. (The driver itself cannot be patched for it:
-``python -m verl.trainer.main_ppo`` runs ``run_ppo`` as ``__main__``.) A third makes the fully-async rollouter's
-failed generation fail the job instead of ending the data.
+``python -m verl.trainer.main_ppo`` runs ``run_ppo`` as ``__main__``.) The watch reads how each process ended from its
+record (``runtime.records.process_end``): with ``VERL_ASCEND_EXT_PROCESS_END=0`` no process records its end, every
+process that exits would look lost, and the watch refuses to start (``patch_code.watching``; doctor warns).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from verl_ascend_ext.features.liveness.targets import GENERATION_ID, WATCH_FULLY_ASYNC_ID, WATCH_ID
+from verl_ascend_ext.features.job_watch.targets import WATCH_FULLY_ASYNC_ID, WATCH_ID
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 from verl_ascend_ext.patching.gates import Setting, positive_seconds
 from verl_ascend_ext.runtime.findings import Finding
@@ -52,7 +53,7 @@ def _watch_record(record_id: str, target: str, contains: tuple[str, ...], descri
                   ) -> PatchRecord:
     return PatchRecord(
         id=record_id,
-        feature="liveness",
+        feature="job_watch",
         why=WHY,
         target=target,
         gate=GATE,
@@ -61,7 +62,7 @@ def _watch_record(record_id: str, target: str, contains: tuple[str, ...], descri
         original=Fingerprint(contains=contains, description=description),
         fixed=Fingerprint(contains=(LIVENESS,), description="the trainer checks the job's processes are alive",
                           kept=((LIVENESS, FIXED_NOTE),)),
-        wrapper=f"verl_ascend_ext.features.liveness.patch_code:{wrapper}",
+        wrapper=f"verl_ascend_ext.features.job_watch.patch_code:{wrapper}",
         upstream=UPSTREAM,
         remove_when="verl's trainer ends a job whose process was lost, naming it",
         traced=False,
@@ -84,42 +85,6 @@ WATCH_FULLY_ASYNC = _watch_record(
     "fit_watched_async")
 
 
-ROLLOUTER = "verl.experimental.fully_async_policy.fully_async_rollouter"
-GENERATION_SWALLOWED = r"await asyncio\.gather\(generation_task, monitor_task, return_exceptions=True\)"
-END_SENTINEL = r"finally:(?:\n.*)*?\n\s*await self\.message_queue_client\.put_sample\(sample=None\)"
-FAILURE_SIGNAL = r"rollout_failure|RolloutFailure"
-
-GENERATION_FAILS_CLOSED = PatchRecord(
-    id=GENERATION_ID,
-    feature="liveness",
-    why="In fully-async mode an exception in the rollouter's generation ends the data: the generation's finally sends "
-    "the end-of-data sentinel, fit() swallows the exception (gather with return_exceptions=True), and the trainer "
-    "takes the sentinel as the end, validates, force-saves and exits 0 over a failed rollout (verl #6387). Here the "
-    "sentinel is held back while the generation runs and sent only when it completed, and fit() raises the "
-    "generation's exception: the job fails, and nothing claims a completed run.",
-    target=f"{ROLLOUTER}:FullyAsyncRollouter.fit",
-    gate=GATE,
-    distribution="verl",
-    versions=">=0.9.0,<0.10",
-    original=Fingerprint(
-        contains=(GENERATION_SWALLOWED,),
-        also=(Fingerprint(at=f"{ROLLOUTER}:FullyAsyncRollouter._streaming_generation_main", contains=(END_SENTINEL,)),),
-        description="fit() gathers the generation with return_exceptions=True, and the generation sends the "
-        "end-of-data sentinel in its finally, failed or not",
-    ),
-    fixed=Fingerprint(
-        contains=(FAILURE_SIGNAL,),
-        description="fit() carries a rollout failure to the trainer and the job (verl PR #6395's rollout_failure)",
-        kept=((FAILURE_SIGNAL, "unexercised: verl PR #6395 is not in a release yet; kept so that a verl that "
-               "carries it is recognised"),),
-    ),
-    wrapper="verl_ascend_ext.features.liveness.generation:fit_fails_closed",
-    upstream="verl issue #6387, PR #6395 (open)",
-    remove_when="the minimum supported verl carries verl PR #6395 or its equal",
-    traced=False,
-    acts_when="the rollouter's generation raised (the job fails on it instead of ending the data)",
-)
-
 
 @hookimpl
 def verl_ascend_ext_gates() -> list[Gate]:
@@ -133,11 +98,11 @@ def verl_ascend_ext_settings() -> list[Setting]:
 
 @hookimpl
 def verl_ascend_ext_patch_records() -> list[PatchRecord]:
-    return [WATCH, WATCH_FULLY_ASYNC, GENERATION_FAILS_CLOSED]
+    return [WATCH, WATCH_FULLY_ASYNC]
 
 
 @hookimpl
 def verl_ascend_ext_doctor_findings(environ: Mapping[str, str]) -> list[Finding]:
-    from verl_ascend_ext.features.liveness.checks import doctor_findings
+    from verl_ascend_ext.features.job_watch.checks import doctor_findings
 
     return doctor_findings(environ, GATE)
