@@ -10,7 +10,9 @@ directory (verl's ``resume_mode=auto``) and the column says whether it ended wel
 process was never found says so (the role does not exist in that mode). A stopped process (``stop:``) is ended by
 the job watch's bound on a stopped process (``VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT``, lowered here to
 ``STOPPED_TIMEOUT``); its seconds from the fault to the job's end include that bound, which the table says. A job
-that nothing ends stops at the harness's timeout (``--timeout``), which the table says too.
+that nothing ends stops at the harness's timeout (``--timeout``), which the table says too. Each cell is judged
+(``fault_verdict.py``: the job failed within its bound, status named the faulted process first, the checkpoint is
+whole and, with ``--resume``, resumes); the script exits 1 when any cell missed, the table's last column saying why.
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
     $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR] [--resume]
@@ -33,6 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+from fault_verdict import Outcome, misses  # noqa: E402
 from grpo.job import TRACKER, Job, run  # noqa: E402
 from grpo.jobs import JOBS, JobSpec  # noqa: E402
 
@@ -83,30 +86,37 @@ def resumed(spec: JobSpec, job: Job, workdir: Path, timeout: float) -> str:
     return f"{before}; resumed to {last_whole_checkpoint(after)}"
 
 
-def route_row(job: Job) -> list[str]:
+def route_row(job: Job) -> tuple[list[str], Outcome]:
     """The one-rank route check's cell: the seconds from the check's error (its record's time) to the driver's end."""
     report = job.status_json() if job.returncode in (0, 1) else {}
     first = report.get("outcome", {}).get("first_failure") or {}
     pid = (report.get("outcome", {}).get("driver") or {}).get("pid")
     driver = next((p for p in report.get("processes", []) if p.get("role") == "driver" and p.get("pid") == pid), {})
     end = (driver.get("ended") or {}).get("at")
-    after = "-" if end is None or first.get("at") is None else f"{end - first['at']:.1f}"
+    seconds = None if end is None or first.get("at") is None else end - first["at"]
     named = f"{first.get('role')}: {first.get('how')}" if first else "nothing"
-    return [ROUTE_CELL, str(job.returncode), after, named, last_whole_checkpoint(job)]
+    checkpoint = last_whole_checkpoint(job)
+    outcome = Outcome(job.returncode, True, seconds, "RouteCheckError" in str(first.get("how")), checkpoint)
+    return [ROUTE_CELL, str(job.returncode), "-" if seconds is None else f"{seconds:.1f}", named, checkpoint], outcome
 
 
-def row(cell: str, job: Job, timeout: float) -> list[str]:
+def row(cell: str, job: Job, timeout: float) -> tuple[list[str], Outcome]:
     if cell == ROUTE_CELL:
         return route_row(job)
     if job.killed is None:
-        return [cell, str(job.returncode), "-", "the fault never fired: no such process in this mode", "-"]
+        return ([cell, str(job.returncode), "-", "the fault never fired: no such process in this mode", "-"],
+                Outcome(job.returncode, False, None, False, "-"))
     first = (job.status_json() if job.returncode in (0, 1) else {}).get("outcome", {}).get("first_failure") or {}
     named = f"{first.get('role')} ({'the killed process' if first.get('pid') == job.killed else 'ANOTHER'}): " \
             f"{first.get('how')}" if first else "nothing"
-    after = "timeout" if job.fault_to_end is None or job.fault_to_end >= timeout - 1 else f"{job.fault_to_end:.1f}"
+    timed_out = job.fault_to_end is None or job.fault_to_end >= timeout - 1
+    after = "timeout" if timed_out else f"{job.fault_to_end:.1f}"
     if cell.split("/")[1].startswith("stop:") and after != "timeout":
         after += f" (bound {STOPPED_TIMEOUT} s)"
-    return [cell, str(job.returncode), after, named, last_whole_checkpoint(job)]
+    checkpoint = last_whole_checkpoint(job)
+    outcome = Outcome(job.returncode, True, None if timed_out else job.fault_to_end,
+                      bool(first) and first.get("pid") == job.killed, checkpoint)
+    return [cell, str(job.returncode), after, named, checkpoint], outcome
 
 
 def main() -> int:
@@ -122,20 +132,26 @@ def main() -> int:
         parser.error(f"unknown cell(s) {', '.join(unknown)}; known: {', '.join(CELLS)}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fault-matrix-"))
     rows = []
+    missed = 0
     started = time.monotonic()
     for cell in chosen:
         spec = CELLS[cell]
         job = run(spec, workdir / spec.name, timeout=args.timeout)
-        rows.append(row(cell, job, args.timeout))
+        cells, outcome = row(cell, job, args.timeout)
         if args.resume:
-            rows[-1][-1] = resumed(spec, job, workdir, args.timeout)
+            cells[-1] = resumed(spec, job, workdir, args.timeout)
+            outcome = replace(outcome, resumed=cells[-1])
+        why = misses(outcome, STOPPED_TIMEOUT if cell.split("/")[1].startswith("stop:") else None)
+        missed += bool(why)
+        rows.append([*cells, "yes" if not why else "MISS: " + "; ".join(why)])
         print(" | ".join(rows[-1]), flush=True)
-    header = ["cell (mode/fault)", "exit", "s fault->end", "status names first", "last whole checkpoint"]
+    header = ["cell (mode/fault)", "exit", "s fault->end", "status names first", "last whole checkpoint", "met"]
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for r in rows:
         print("| " + " | ".join(r) + " |")
-    print(f"\n{len(rows)} cell(s) in {time.monotonic() - started:.0f} s; jobs kept in {workdir}")
-    return 0
+    print(f"\n{len(rows)} cell(s) in {time.monotonic() - started:.0f} s, {missed} missed their expectation "
+          f"(fault_verdict.py); jobs kept in {workdir}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
