@@ -4,7 +4,10 @@ recipe, selftest, compare."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--check", action="store_true", help="exit 1 if the installed manifest is stale")
     manifest.add_argument("--write", action="store_true", help="regenerate the installed manifest")
     from verl_ascend_ext.features.checkpoint.cli import add_parser as add_export_check_parser
-    switches = sub.add_parser("switches", help="print the README's table of switches (declared gates and settings)")
+    switches = sub.add_parser("switches", help="print docs/switches.md's table (declared gates and settings)")
     switches.add_argument("--check", metavar="FILE", help="exit 1 if FILE's generated block differs")
     switches.add_argument("--write", metavar="FILE", help="replace FILE's generated block")
     source = sub.add_parser("source", help="print the normalised source a fingerprint is matched against")
@@ -64,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader that closed the pipe early (``verl-ascend status | head``) ends it quietly, with
+    the shell's status for a process ended by SIGPIPE."""
+    try:
+        code = run(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's own flush at exit
+        return SIGPIPE_EXIT
+
+
+def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # parse_known_args: argparse loses what follows '--' inside a subcommand; `recipe check` takes it.
     args, extra = parser.parse_known_args(argv)
