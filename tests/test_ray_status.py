@@ -7,6 +7,7 @@ differ) does not depend on the verl release; ``test_ray_gates.py`` runs the forw
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -32,12 +33,35 @@ def cluster():
         yield found
 
 
-def wait_for(path: Path, proc: subprocess.Popen, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
+STALL = 300.0  # seconds with no sign of progress (the driver's log, a record written) before a start counts as hung
+CEILING = 1800.0  # seconds in all: a start that keeps moving is waited for (a loaded 2-core machine took > 240 s)
+
+
+def progress(*paths: Path) -> float:
+    """The newest change under ``paths`` (files' modification times): a starting job writes its log and records."""
+    newest = 0.0
+    for path in paths:
+        for found in ([path] if path.is_file() else path.rglob("*") if path.is_dir() else []):
+            with contextlib.suppress(OSError):
+                newest = max(newest, found.stat().st_mtime)
+    return newest
+
+
+def wait_for(path: Path, proc: subprocess.Popen, *watched: Path) -> None:
+    """Wait for ``path`` while the driver runs and the job shows progress (``watched`` change within ``STALL``
+    seconds): a slow machine makes the wait longer, a hung or dead driver ends it, named."""
+    started = time.monotonic()
+    last_change, last_seen = time.monotonic(), progress(*watched)
     while not path.exists():
         if proc.poll() is not None:
             raise AssertionError(f"the driver ended early ({proc.returncode}); see its log")
-        assert time.monotonic() < deadline, f"{path} did not appear within {seconds} s"
+        seen = progress(*watched)
+        if seen != last_seen:
+            last_change, last_seen = time.monotonic(), seen
+        waited = time.monotonic() - started
+        assert time.monotonic() - last_change < STALL and waited < CEILING, (
+            f"{path} did not appear: {waited:.0f} s waited, {time.monotonic() - last_change:.0f} s without progress "
+            f"in {', '.join(map(str, watched))} (bounds: {STALL:g} s without progress, {CEILING:g} s in all)")
         time.sleep(0.5)
 
 
@@ -53,7 +77,7 @@ def test_status_ray_lists_every_process_of_a_running_job(cluster, tmp_path: Path
     driver = subprocess.Popen([sys.executable, SCENARIO, c.address, "hold"], env=env, stdout=log, stderr=log,
                               text=True)
     try:
-        wait_for(hold / "ready.json", driver, 240)
+        wait_for(hold / "ready.json", driver, status_dir, tmp_path / "driver.log")
         info = json.loads((hold / "ready.json").read_text())
         assert {info[f"worker{i}"]["node_id"] for i in range(3)} >= workers
         assert info["overridden"]["gate"] == "0" and info["overridden"]["node_id"] in workers
@@ -116,7 +140,7 @@ def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster
     driver = subprocess.Popen([sys.executable, SCENARIO, c.address, "hold"], env=env, stdout=log, stderr=log,
                               text=True)
     try:
-        wait_for(hold / "ready.json", driver, 240)
+        wait_for(hold / "ready.json", driver, status_dir, tmp_path / "driver.log")
         info = json.loads((hold / "ready.json").read_text())
         victim = info["victim"]["pid"]
         os.kill(victim, signal.SIGSTOP)  # stalled, alive: never failed for being slow (liveness, not a timeout)
