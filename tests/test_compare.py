@@ -2,8 +2,9 @@
 the statuses side by side, the baseline file and the picture.
 
 The runs here are logs as verl's console logger prints them (``step:N - key:value``, numpy values, a Ray prefix),
-made with a seeded generator so that each verdict is the one its construction makes certain; what verl's own loggers
-write (a diverged and a truncated run among them) is compared in ``tests/test_compare_verl_output.py``, the real
+made with a seeded generator so that each verdict is the one its construction makes certain; the non-finite check
+over every metric and step (``nonfinite``) on hand-made runs and logs; what verl's own loggers write (a diverged, a
+truncated and a late-NaN run among them) is compared in ``tests/test_compare_verl_output.py``, the real
 jobs' logs and status directories in the engine tier (``tests/engine/test_grpo.py``, ``compare`` section).
 """
 
@@ -22,9 +23,10 @@ from records import record, write_record
 from subprocesses import run_command
 
 from verl_ascend_ext.runtime.records.schema import new_patch
+from verl_ascend_ext.tooling.compare import nonfinite
 from verl_ascend_ext.tooling.compare.judge import FAIL, MISSING, MOVED, NOISE, OK, judge, noise_of
 from verl_ascend_ext.tooling.compare.rules import load_rules
-from verl_ascend_ext.tooling.compare.runs import Run, parse_step_line, read_run
+from verl_ascend_ext.tooling.compare.runs import NULL, Run, RunError, parse_step_line, read_run
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 DRIVER = 4242
@@ -35,10 +37,12 @@ def step_noise(values: list[float]) -> float | None:
     return noise_of(dict(enumerate(values))).sigma
 
 def write_log(path: Path, *, seed: int, throughput: float = 1000.0, noise: float = 1.0, steps: int = 20,
-              reward_offset: float = 0.0, driver: int = DRIVER, wobble: float | None = None) -> Path:
+              reward_offset: float = 0.0, driver: int = DRIVER, wobble: float | None = None, loss: bool = False,
+              loss_nan_from: int | None = None) -> Path:
     """A console log of ``steps`` steps: throughput around ``throughput`` with noise ``10 * noise`` per step (or,
     with ``wobble``, exactly ``throughput +- wobble`` on odd / even steps), a climbing reward, steady step time and
-    memory; the plugin's boot line names the driver's pid."""
+    memory; with ``loss`` (or ``loss_nan_from``) a falling ``actor/pg_loss``, ``nan`` from step ``loss_nan_from`` on;
+    the plugin's boot line names the driver's pid."""
     rng = random.Random(seed)
     lines = [f"WARNING:2026-12-03 10:00:00,000:verl-ascend-ext (pid {driver}, loaded by verl) on import of "
              "verl.trainer.constants_ppo: ray-runtime-env-gates: applied",
@@ -50,6 +54,8 @@ def write_log(path: Path, *, seed: int, throughput: float = 1000.0, noise: float
                   "timing_s/step": repr(30 + rng.gauss(0, 0.2)),
                   "perf/max_memory_allocated_gb": repr(40 + rng.random() * 0.05),
                   "training/rollout_probs_diff_mean": repr(0.01 + rng.gauss(0, 0.0001))}
+        if loss or loss_nan_from is not None:
+            values["actor/pg_loss"] = "nan" if loss_nan_from is not None and step >= loss_nan_from else repr(0.5 / step)
         lines.append(f"(TaskRunner pid=99) step:{step} - " + " - ".join(f"{k}:{v}" for k, v in values.items()))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -213,6 +219,7 @@ def test_a_baseline_file_keeps_the_run_and_its_statuses_and_compares_as_the_run(
     assert "20 step(s)" in text and "with the plugin's statuses" in text
     content = baseline.read_text()
     assert content.startswith("# verl-ascend-ext baseline 1\n") and "\nstep:20 - critic/score/mean:" in content
+    assert "\nnonfinite: {}\n" in content  # its run logged no metric non-finite
     assert "\nstatus: {" in content
     report = compare(baseline, run, "--json", "--dir", "-", status_dir(tmp_path / "s2", DRIVER, False),
                          check_rc=0)
@@ -274,7 +281,7 @@ def test_a_run_that_stopped_logging_a_metric_fails_and_allow_missing_judges_the_
     assert "judged on the 4 step(s) both runs have" in verdict.note
 
 
-def test_a_metric_only_the_run_has_is_a_note_and_a_nan_outside_the_window_is_not_judged() -> None:
+def test_a_metric_only_the_run_has_is_a_note_and_a_nan_outside_the_window_is_not_the_rules_but_fails() -> None:
     base = series_run("b", {"perf/throughput": CALM})
     run = series_run("r", {"perf/throughput": {**CALM, 20: math.nan}, "actor/distillation/loss": dict(CALM)})
     verdict = judge(RULES["distillation loss"], base, run)
@@ -282,6 +289,8 @@ def test_a_metric_only_the_run_has_is_a_note_and_a_nan_outside_the_window_is_not
     assert verdict.note == ("baseline has no value of actor/distillation/loss in steps 5-14, the run has 10: nothing "
                             "to compare against")
     assert judge(RULES["throughput"], base, run).verdict == OK  # step 20 lies outside steps 5-14
+    (finding,) = nonfinite.check(base, run)  # but every step of every metric is read for a non-finite value
+    assert (finding.metric, finding.verdict, finding.run.step) == ("perf/throughput", FAIL, 20)
 
 
 def test_the_noise_across_gaps_uses_evenly_spaced_steps_only_and_says_so() -> None:
@@ -326,3 +335,76 @@ def test_a_stand_down_path_compares_by_its_text_not_the_first_calls_detail(tmp_p
     (row,) = differences(first, job(tmp_path / "c", [f"no response mask{DETAIL}[4, 9]", "packed without offsets"]))
     assert row["baseline"] == "applied:1, acted in 1 of 1, stood down: no response mask"
     assert row["run"] == "applied:1, acted in 1 of 1, stood down: no response mask; packed without offsets"
+
+
+LOSS = {step: 0.5 / step for step in range(1, 161)}
+
+
+def test_the_non_finite_check_reads_every_step_of_every_metric_and_names_the_first() -> None:
+    """A NaN at step 150 and an inf at 152 of a metric no rule names, a file logger's null at step 160 of a metric
+    the baseline does not log: both fail, the earliest first, naming the value as written and the first step."""
+    base = series_run("b", {"perf/throughput": CALM, "actor/pg_loss": LOSS})
+    run = series_run("r", {"perf/throughput": CALM, "actor/pg_loss": {**LOSS, 150: math.nan, 152: math.inf},
+                           "actor/entropy": {160: NULL, 159: 0.3}})
+    loss, entropy = nonfinite.check(base, run)
+    assert (loss.metric, loss.verdict, loss.failed) == ("actor/pg_loss", FAIL, True)
+    assert loss.name == "non-finite actor/pg_loss"
+    assert loss.run == nonfinite.First(150, "nan", 2, 160) and loss.baseline_side == "finite (160 steps)"
+    assert loss.note == ("run's actor/pg_loss is nan at step 150, the first of 2 non-finite value(s) in the 160 "
+                         "step(s) logging it; the baseline's is finite at all 160 step(s) logging it: a diverged run, "
+                         "whatever the rules' windows (--allow-nonfinite actor/pg_loss if it is known to be so)")
+    assert (entropy.metric, entropy.verdict, entropy.run.step, entropy.baseline_side) == (
+        "actor/entropy", FAIL, 160, "not logged")
+    assert entropy.note.startswith("run's actor/entropy is null (verl's file logger writes NaN and inf as null) at "
+                                   "step 160, the first of 1 non-finite value(s) in the 2 step(s) logging it; the "
+                                   "baseline does not log it: a diverged run")
+    assert nonfinite.check(base, base) == [] and nonfinite.check(run, base) == []  # only the run's values fail
+
+
+def test_allow_nonfinite_and_a_baseline_non_finite_too_are_not_failed_and_say_why() -> None:
+    run = series_run("r", {"actor/pg_loss": {**LOSS, 150: math.nan}})
+    (allowed,) = nonfinite.check(series_run("b", {"actor/pg_loss": LOSS}), run, ("actor/pg_loss",))
+    assert (allowed.verdict, allowed.failed) == (nonfinite.ALLOWED, False)
+    assert allowed.note.endswith("logging it: allowed (--allow-nonfinite actor/pg_loss)")
+    (too,) = nonfinite.check(series_run("b", {"actor/pg_loss": {**LOSS, 3: -math.inf, 4: math.nan}}), run)
+    assert (too.verdict, too.failed) == (nonfinite.BASELINE_TOO, False)
+    assert too.baseline == nonfinite.First(3, "-inf", 2, 160)
+    assert too.note.endswith("; the baseline's is non-finite too (-inf at step 3, 2 of 160 step(s)): not failed by the "
+                             "non-finite check")
+    with pytest.raises(RunError, match=r"--allow-nonfinite names metric\(s\) neither run logged: actor/pg_los\. "
+                                       "Name a metric the runs log; known here: actor/pg_loss"):
+        nonfinite.check(run, run, ("actor/pg_los",))
+
+
+def test_a_console_log_whose_loss_turns_nan_at_step_150_fails_and_allow_nonfinite_passes_it(tmp_path: Path) -> None:
+    base = write_log(tmp_path / "base.log", seed=0, steps=160, loss=True)
+    run = write_log(tmp_path / "run.log", seed=1, steps=160, loss_nan_from=150)
+    text = compare(base, run, check_rc=1)
+    assert "Non-finite values (every metric of the run, every step)" in text
+    assert "  non-finite actor/pg_loss: run's actor/pg_loss is nan at step 150, the first of 11" in text
+    assert text.rstrip().endswith("FAILED: non-finite actor/pg_loss (exit 1)"), text
+    report = compare(base, run, "--json", check_rc=1)
+    assert [f["verdict"] for f in report["nonfinite"]] == [FAIL] and report["nonfinite"][0]["run"]["step"] == 150
+    assert FAIL not in verdicts(report).values()  # no rule's window holds it
+    text = compare(base, run, "--allow-nonfinite", "actor/pg_loss", check_rc=0)
+    assert "allowed (--allow-nonfinite actor/pg_loss)" in text and "OK: no rule failed" in text
+    text = compare(base, run, "--allow-nonfinite", "actor/pg_los", check_rc=2)
+    assert "--allow-nonfinite names metric(s) neither run logged: actor/pg_los" in text
+    text = compare(base, base, check_rc=0)
+    assert "Non-finite values (every metric of the run, every step): none" in text
+
+
+def test_a_baseline_file_without_its_runs_non_finite_record_says_so_and_fails_the_nan(tmp_path: Path) -> None:
+    source = write_log(tmp_path / "source.log", seed=0, steps=160, loss_nan_from=100)
+    run = write_log(tmp_path / "run.log", seed=1, steps=160, loss_nan_from=150)
+    baseline = tmp_path / "b.baseline"
+    compare("--write-baseline", baseline, source, check_rc=0)
+    content = baseline.read_text()
+    assert '\nnonfinite: {"actor/pg_loss": {"count": 61, "logged": 160, "step": 100, "value": "nan"}}\n' in content
+    (finding,) = compare(baseline, run, "--json", check_rc=0)["nonfinite"]
+    assert finding["verdict"] == nonfinite.BASELINE_TOO and finding["baseline"]["step"] == 100
+    baseline.write_text("".join(line for line in content.splitlines(keepends=True)
+                                if not line.startswith("nonfinite: ")))  # as written before the record was kept
+    (finding,) = compare(baseline, run, "--json", check_rc=1)["nonfinite"]
+    assert finding["baseline_side"] == "unknown" and "the baseline file does not say whether its run logged it " \
+        "non-finite (written before it kept that: write it again with --write-baseline)" in finding["note"]

@@ -2,8 +2,11 @@
 
 The file is readable and diffable: a header line (``# verl-ascend-ext baseline 1``) and where it came from, then one
 ``step:N - key:value - ...`` line per step, as verl's console logger prints them, holding the metrics the rules
-judge (the defaults and those of ``--rules``), and, when the run's status directory was given (``--dir``), the
-plugin's status per role and patch on a ``status:`` line (JSON). ``compare`` reads it as it reads a log.
+judge (the defaults and those of ``--rules``), the metrics the run logged non-finite at some step, all of them, on a
+``nonfinite:`` line (JSON: metric -> first step, value as written, count, steps logged; ``{}`` when none: the
+non-finite check, ``nonfinite``, must know which metrics the baseline's run had so, not only the rules'), and, when
+the run's status directory was given (``--dir``), the plugin's status per role and patch on a ``status:`` line
+(JSON). ``compare`` reads it as it reads a log.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verl_ascend_ext.tooling.compare.nonfinite import scan
 from verl_ascend_ext.tooling.compare.rules import Rule
 from verl_ascend_ext.tooling.compare.runs import BASELINE_FORMAT, BASELINE_HEADER, Run
 
@@ -32,6 +36,8 @@ def write(path: str | Path, run: Run, rules: tuple[Rule, ...], status: dict[str,
         if chosen:
             lines.append(" - ".join([f"step:{step}", *(f"{k}:{v!r}" for k, v in chosen.items())]))
             steps += 1
+    nonfinite = {metric: first.as_dict() for metric, first in sorted(scan(run).items())}
+    lines.append("nonfinite: " + json.dumps(nonfinite, sort_keys=True))
     if status is not None:
         lines.append("status: " + json.dumps(status, sort_keys=True))
     path = Path(path)

@@ -1,10 +1,12 @@
 """``verl-ascend compare BASELINE RUN``: did this upgrade (or this fix) change the run?
 
-Reads both runs (``runs``), judges every rule (``rules``, ``judge``), puts the plugin's statuses side by side when
-status directories (or a baseline's summary) are there (``status_side``), prints a table (or ``--json``), draws the
-picture (``--plot``, ``picture``). ``--write-baseline FILE RUN`` keeps a run as a baseline instead (``baseline``).
-Exit 0: no rule failed; 1: a rule failed (beyond its bound and beyond the runs' noise, a NaN or inf in its window,
-or the run lacking steps of it the baseline has, unless ``--allow-missing``); 2: unusable input.
+Reads both runs (``runs``), judges every rule (``rules``, ``judge``), reads every metric of the run at every step
+for a non-finite value (``nonfinite``), puts the plugin's statuses side by side when status directories (or a
+baseline's summary) are there (``status_side``), prints a table (or ``--json``), draws the picture (``--plot``,
+``picture``). ``--write-baseline FILE RUN`` keeps a run as a baseline instead (``baseline``).
+Exit 0: nothing failed; 1: a rule failed (beyond its bound and beyond the runs' noise, a NaN or inf in its window,
+or the run lacking steps of it the baseline has, unless ``--allow-missing``), or the run logs a metric non-finite at
+some step that the baseline logs finite (unless ``--allow-nonfinite METRIC``); 2: unusable input.
 
 ``--dir`` is ``status``'s flag: ``status --dir DIR`` reads one job's directory (default VERL_ASCEND_EXT_STATUS_DIR);
 ``compare`` has two jobs, so ``--dir BASELINE_DIR RUN_DIR`` and no default (the variable names one job's directory,
@@ -19,6 +21,7 @@ import sys
 from typing import Any
 
 from verl_ascend_ext.tooling.compare import baseline as baselines
+from verl_ascend_ext.tooling.compare import nonfinite
 from verl_ascend_ext.tooling.compare.judge import Verdict, judge_all
 from verl_ascend_ext.tooling.compare.rules import Rule, RulesError, load_rules
 from verl_ascend_ext.tooling.compare.runs import Run, RunError, read_run
@@ -34,7 +37,9 @@ def add_parser(sub: Any) -> None:
         "own; --rules FILE (TOML, [[rule]] tables: name, metric, window [first, last] or \"last\", statistic "
         "mean|median|max|min|last, bound +x|-x|±x with x a number or a percentage) overrides or adds. Exit 0: no rule "
         "failed; 1: a rule failed: beyond its bound and the runs' noise, a NaN or inf in its window (either run), or "
-        "the run lacking steps of its window that the baseline has (unless --allow-missing); 2: unusable input.")
+        "the run lacking steps of its window that the baseline has (unless --allow-missing); or a metric, any metric "
+        "at any step, that the run logs non-finite (NaN, inf, a file logger's null) and the baseline logs finite "
+        "(unless --allow-nonfinite METRIC); 2: unusable input.")
     parser.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE RUN (or the one RUN of --write-baseline)")
     parser.add_argument("--rules", metavar="FILE", help="rules file (TOML) over the defaults")
     parser.add_argument("--dir", nargs="+", metavar="DIR",
@@ -46,6 +51,10 @@ def add_parser(sub: Any) -> None:
                         help="a run lacking steps of a rule's window that the baseline has (it ended early or "
                         "stopped logging the metric) is a note (judged on the steps both have), not a failure; a NaN "
                         "or inf still fails")
+    parser.add_argument("--allow-nonfinite", action="append", default=[], metavar="METRIC",
+                        help="a metric known to be non-finite at some step (repeatable): the run logging it so is "
+                        "reported as allowed, not failed, wherever the baseline logs it finite; a rule reading such a "
+                        "value in its window still fails")
     parser.add_argument("--plot", metavar="PNG", help="draw the compared curves into this PNG (needs matplotlib)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--status-only", action="store_true",
@@ -65,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             raise RunError(f"compare takes BASELINE and RUN; {len(args.runs)} given ({' '.join(args.runs)}): "
                            "verl-ascend compare BASELINE RUN [--dir BASELINE_DIR RUN_DIR]")
         report = compare(args.runs[0], args.runs[1], rules, args.dir, explicit=args.rules is not None,
-                         status_only=args.status_only, allow_missing=args.allow_missing)
+                         status_only=args.status_only, allow_missing=args.allow_missing,
+                         allow_nonfinite=tuple(args.allow_nonfinite))
     except (RunError, RulesError) as err:
         print(f"verl-ascend compare: error: {err}", file=sys.stderr)
         return 2
@@ -83,10 +93,12 @@ def _check_dirs(dirs: list[str] | None, count: int, what: str) -> None:
 
 
 def compare(baseline_path: str, run_path: str, rules: tuple[Rule, ...], status_dirs: list[str] | None = None,
-            explicit: bool = False, status_only: bool = False, allow_missing: bool = False) -> dict[str, Any]:
+            explicit: bool = False, status_only: bool = False, allow_missing: bool = False,
+            allow_nonfinite: tuple[str, ...] = ()) -> dict[str, Any]:
     """The comparison report of two runs (``explicit``: the rules came from a file, so a metric neither run logged
     is an error; ``status_only``: no rule is judged, the statuses alone are compared; ``allow_missing``: steps the
-    run lacks and the baseline has are a note, not a failure)."""
+    run lacks and the baseline has are a note, not a failure; ``allow_nonfinite``: metrics the non-finite check
+    reports as allowed, not failed)."""
     base, new = read_run(baseline_path), read_run(run_path)
     if status_only:
         statuses = _statuses(base, new, status_dirs)
@@ -94,8 +106,8 @@ def compare(baseline_path: str, run_path: str, rules: tuple[Rule, ...], status_d
             raise RunError("--status-only needs the statuses of both runs: --dir BASELINE_DIR RUN_DIR (or "
                            "baseline files written with their statuses)")
         return {"baseline": {"path": base.path, "kind": base.kind, "steps": base.span},
-                "run": {"path": new.path, "kind": new.kind, "steps": new.span}, "verdicts": [], "status": statuses,
-                "failed": [], "exit_code": 0, "_runs": (base, new)}
+                "run": {"path": new.path, "kind": new.kind, "steps": new.span}, "verdicts": [], "nonfinite": [],
+                "status": statuses, "failed": [], "exit_code": 0, "_runs": (base, new)}
     common = set(base.raw) & set(new.raw)
     if not common:
         raise RunError(f"the runs share no step: {base.path} has {base.span}, {new.path} has {new.span}. Compare "
@@ -107,13 +119,14 @@ def compare(baseline_path: str, run_path: str, rules: tuple[Rule, ...], status_d
             raise RulesError(f"the rules name metric(s) neither run logged: {', '.join(unknown)}. Write in the rules "
                              f"file a metric the runs log; known here: {', '.join(sorted(logged)[:40])}"
                              f"{' ...' if len(logged) > 40 else ''}")
+    findings = nonfinite.check(base, new, allow_nonfinite)
     verdicts = judge_all(rules, base, new, allow_missing)
     statuses = _statuses(base, new, status_dirs)
-    failed = [v.rule.name for v in verdicts if v.failed]
+    failed = [v.rule.name for v in verdicts if v.failed] + [f.name for f in findings if f.failed]
     return {"baseline": {"path": base.path, "kind": base.kind, "steps": base.span},
             "run": {"path": new.path, "kind": new.kind, "steps": new.span},
-            "verdicts": verdicts, "status": statuses, "failed": failed, "exit_code": 1 if failed else 0,
-            "_runs": (base, new)}
+            "verdicts": verdicts, "nonfinite": findings, "status": statuses, "failed": failed,
+            "exit_code": 1 if failed else 0, "_runs": (base, new)}
 
 
 def _statuses(base: Run, new: Run, dirs: list[str] | None) -> dict[str, Any] | None:
@@ -152,7 +165,8 @@ def _picture(path: str, report: dict[str, Any]) -> dict[str, Any]:
 
 def _public(report: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in report.items() if not k.startswith("_")},
-            "verdicts": [v.as_dict() for v in report["verdicts"]]}
+            "verdicts": [v.as_dict() for v in report["verdicts"]],
+            "nonfinite": [f.as_dict() for f in report["nonfinite"]]}
 
 
 def _num(value: float | None) -> str:
@@ -179,6 +193,9 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         out.append("Metrics: not compared (--status-only)")
     notes = [f"  {v.rule.name}: {v.note}" for v in report["verdicts"] if v.note and v.verdict != "not logged"]
+    if report["verdicts"]:
+        out += ["", *_nonfinite_table(report["nonfinite"])]
+        notes += [f"  {f.name}: {f.note}" for f in report["nonfinite"]]
     if notes:
         out += ["", "Notes", *notes]
     status = report.get("status")
@@ -195,5 +212,15 @@ def format_report(report: dict[str, Any]) -> str:
     if picture:
         out += ["", f"Picture: {picture['path']}" if picture["path"] else f"Picture not drawn: {picture['error']}"]
     out += ["", f"FAILED: {', '.join(report['failed'])} (exit 1)" if report["failed"] else
-            "OK: no rule failed (exit 0)"]
+            "OK: no rule failed, no metric failed the non-finite check (exit 0)"]
     return "\n".join(out)
+
+
+def _nonfinite_table(findings: list[nonfinite.Finding]) -> list[str]:
+    title = "Non-finite values (every metric of the run, every step)"
+    if not findings:
+        return [f"{title}: none"]
+    rows = [[f.metric, f"{f.run.written} at step {f.run.step}", f"{f.run.count} of {f.run.logged}",
+             f.baseline_side, f.verdict]
+            for f in findings]
+    return [title, table(rows, ["metric", "run: first non-finite", "steps", "baseline", "verdict"])]

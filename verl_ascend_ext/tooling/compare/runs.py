@@ -9,8 +9,8 @@
 - **file logger** (``trainer.logger=[...,file]``, ``VERL_FILE_LOGGER_PATH``): one JSON object per line,
   ``{"step": N, "data": {key: value}}``; verl writes it with orjson, which writes NaN and +-inf as ``null``: a
   ``null`` metric is read as a non-finite value (``NULL``), which ``compare`` fails;
-- **baseline file** (``baseline.write``): the first line says so; the same step lines, and the plugin's status on a
-  ``status:`` line.
+- **baseline file** (``baseline.write``): the first line says so; the same step lines, the plugin's status on a
+  ``status:`` line, and the metrics its run logged non-finite on a ``nonfinite:`` line (``nonfinite``).
 
 A console log also tells which process was the job's driver: the plugin's boot line names its pid (``verl-ascend-ext
 (pid N, loaded by verl)``), which a status directory given for the run must hold (``status.side``).
@@ -49,6 +49,8 @@ class Run:
     raw: dict[int, dict[str, str | float]]
     driver_pids: list[int] = field(default_factory=list)  # from the plugin's boot lines (console logs only)
     status: dict[str, Any] | None = None  # the status summary a baseline file carries
+    # a baseline file's record of its run's non-finite metrics (metric -> step, value, count, logged); None: no record
+    nonfinite: dict[str, dict[str, Any]] | None = None
 
     def metric(self, name: str) -> dict[int, float]:
         """step -> value of ``name``, in step order (steps without it, or where it is not a number, left out)."""
@@ -190,12 +192,15 @@ def _baseline(path: Path, text: str, first: str) -> Run:
         raise RunError(f"{path}: a baseline of format {found.group(1) if found else '?'}; this verl-ascend-ext reads "
                        f"format {BASELINE_FORMAT}. Write it again with `verl-ascend compare --write-baseline`.")
     steps: dict[int, dict[str, str | float]] = {}
-    status = None
+    status = nonfinite = None
     for line in text.splitlines():
         if line.startswith("status: "):
             status = json.loads(line[len("status: "):])
             continue
+        if line.startswith("nonfinite: "):
+            nonfinite = json.loads(line[len("nonfinite: "):])
+            continue
         found_step = STEP_LINE.search(line)
         if found_step:
             steps[int(found_step.group(1))] = parse_step_line(found_step.group(2))
-    return Run(str(path), "baseline", steps, status=status)
+    return Run(str(path), "baseline", steps, status=status, nonfinite=nonfinite)
