@@ -56,7 +56,7 @@ phase "catalogue check" "$VENV/bin/verl-ascend" catalogue --check docs/patches.m
 phase "set-up: test fixtures (scripts/setup_tests.sh)" scripts/setup_tests.sh
 # the wheel as users get it: built, installed non-editable in a fresh venv, checked
 phase "wheel check (scripts/check_wheel.sh)" scripts/check_wheel.sh "$PY"
-phase "switches check" "$VENV/bin/verl-ascend" switches --check README.md
+phase "switches check" "$VENV/bin/verl-ascend" switches --check docs/switches.md
 engine_venv_ready "${BACKGROUND[0]}" 0.23.0
 ENGINE_PY="$ENGINE_VENV_PY"  # real vLLM 0.23.0 engine tier: own venv + tiny model
 engine_venv_ready "${BACKGROUND[1]}" 0.26.0

@@ -21,12 +21,14 @@ def test_catalogue_lists_every_record_with_its_contract() -> None:
             assert value in section, (record.id, value)
 
 
-def test_readme_switches_table_is_current() -> None:
-    """README's table of switches is generated from the declared gates and settings (`verl-ascend switches`)."""
+def test_switches_table_is_current() -> None:
+    """docs/switches.md's table of switches is generated from the declared gates and settings (`verl-ascend
+    switches`); the README points at it."""
     from verl_ascend_ext.tooling.switches import check, render
 
-    assert check(str(REPO / "README.md")) is None, "README.md's switches are stale: run " \
-        "`verl-ascend switches --write README.md`"
+    assert check(str(REPO / "docs" / "switches.md")) is None, "docs/switches.md's switches are stale: run " \
+        "`verl-ascend switches --write docs/switches.md`"
+    assert "(docs/switches.md)" in (REPO / "README.md").read_text(encoding="utf-8")
     table = render()
     for gate in registry().gates:
         assert f"| `{gate.env}` | {'on' if gate.default else 'off'} |" in table

@@ -66,8 +66,8 @@ def verl_ascend_ext_settings() -> Sequence[Setting]:
 
     Like a gate: unset or empty means its default; any other value goes through the setting's own parser, and
     a value it rejects stops every process at boot and makes ``verl-ascend doctor`` exit 2, naming the variable.
-    Doctor shows each one with its parsed value; the device feature carries it into Ray workers; the README's
-    table of switches is generated from these and the gates (``verl-ascend switches``).
+    Doctor shows each one with its parsed value; the device feature carries it into Ray workers; the table of
+    switches (docs/switches.md) is generated from these and the gates (``verl-ascend switches``).
     """
 
 

@@ -1,11 +1,11 @@
-"""The README's table of switches, generated from the declared gates and settings so that it cannot drift.
+"""The table of switches (docs/switches.md), generated from the declared gates and settings so that it cannot drift.
 
-``render`` gives the block between the README's markers: the rule for values (from the one gate parser's
+``render`` gives the block between docs/switches.md's markers: the rule for values (from the one gate parser's
 spellings) and one row per gate (``verl_ascend_ext_gates``, in declaration order), per setting
 (``verl_ascend_ext_settings``: ``patching.gates.Setting``, default and unit as declared) and per package variable
 that no feature declares (``PACKAGE_VARIABLES``: the export-check mode, the kill switch, where the process records
 go and how long they stay, each shown from the constant its code reads). ``verl-ascend switches`` prints it,
-``--check README.md`` fails when the README's block differs, ``--write README.md`` replaces it.
+``--check docs/switches.md`` fails when that file's block differs, ``--write docs/switches.md`` replaces it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from verl_ascend_ext.runtime.records.prune import DEFAULT_KEEP, KEEP_ENV
 from verl_ascend_ext.runtime.records.store import DIR_ENV
 from verl_ascend_ext.runtime.registry import registry
 
-BEGIN = "<!-- switches: generated from the declared gates and settings by `verl-ascend switches --write README.md` -->"
+BEGIN = ("<!-- switches: generated from the declared gates and settings by "
+         "`verl-ascend switches --write docs/switches.md` -->")
 END = "<!-- /switches -->"
 
 
