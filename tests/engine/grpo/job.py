@@ -49,7 +49,7 @@ from subprocesses import run_command, scrubbed_env
 
 from verl_ascend_ext.runtime.records.identity import alive
 from verl_ascend_ext.runtime.records.reader import collect, read_records
-from verl_ascend_ext.runtime.records.report import idle
+from verl_ascend_ext.runtime.records.report import is_idle_pool_worker
 
 if TYPE_CHECKING:
     from grpo.jobs import JobSpec
@@ -383,7 +383,7 @@ def await_teardown(status_dir: Path, wait: float) -> None:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         records, _ = read_records(str(status_dir))
-        if not any(alive(int(r["pid"]), r.get("proc_start")) and not idle(r) for r in records):
+        if not any(alive(int(r["pid"]), r.get("proc_start")) and not is_idle_pool_worker(r) for r in records):
             return
         time.sleep(0.5)
 

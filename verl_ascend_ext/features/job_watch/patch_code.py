@@ -1,14 +1,15 @@
 """Replacement code of the job watch (imported only when the patch is applied: in the process that runs verl's
 trainer, the TaskRunner in hybrid mode, the trainer's actor in fully-async mode).
 
-``fit_watched`` / ``fit_watched_async`` run the trainer's ``fit`` inside the job's watch (``runtime.records.watch``).
-When ``fit`` returns or raises, the watch stops and the process records ``teardown``: deaths from then on (Ray ending
-the job's workers) are the teardown's, never losses. On a loss the watch's thread records the death
-(``seen_dead``), says what was lost (``JobProcessLost:``, in this process's log, which Ray forwards to the driver's)
-and ends this process at once with exit 1, its end recorded as an exit after ``JobProcessLost``
-(``process_end.exit_now``): the driver's wait on it fails (Ray's ``ActorDiedError``) and the job ends. It does not
-wait for the thread that runs ``fit``: that one is blocked on the lost process, which is the point. The watch needs
-every process's recorded end: with ``VERL_ASCEND_EXT_PROCESS_END=0`` it does not start, and says so.
+``fit_watched`` / ``fit_watched_async`` run the trainer's ``fit`` inside the job's watch (``runtime.records.watch``),
+which begins as ``fit`` does: an end the job's processes recorded before (an earlier attempt's, one while the job was
+built) is the past, no loss. When ``fit`` returns or raises, the watch stops and the process records
+``teardown``: deaths from then on (Ray ending the job's workers) are the teardown's, never losses. On a loss the
+watch's thread records the death (``seen_dead``), says what was lost (``JobProcessLost:``, in this process's log,
+which Ray forwards to the driver's) and ends this process at once with exit 1, its end recorded as an exit after
+``JobProcessLost`` (``process_end.exit_now``): the driver's wait on it fails (Ray's ``ActorDiedError``) and the job
+ends. It does not wait for the thread that runs ``fit``: that one is blocked on the lost process, which is the point.
+The watch needs every process's recorded end: with ``VERL_ASCEND_EXT_PROCESS_END=0`` it does not start, and says so.
 """
 
 from __future__ import annotations

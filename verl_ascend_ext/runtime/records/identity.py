@@ -7,13 +7,17 @@ vLLM are looked up in ``sys.modules``). Only the standard library is imported.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verl_ascend_ext.runtime.records.schema import DRIVER, ENGINE_CORE, OTHER, RAY_WORKER, VLLM_FRONTEND, VLLM_WORKER
+
+logger = logging.getLogger("verl_ascend_ext")
 
 # Modules whose ``__version__`` a record reports when they are already imported (never imported here).
 VERSION_MODULES = {"verl": "verl", "vllm": "vllm", "vllm_ascend": "vllm-ascend", "torch": "torch",
@@ -174,6 +178,43 @@ def ray_actor_id() -> str | None:
         return None
     actor = core.get_actor_id()
     return None if actor.is_nil() else actor.hex()
+
+
+def ray_actor_owners(timeout: float) -> dict[str, str]:
+    """Actor id -> the id of the actor that owns it (created it: Ray ends it when that one dies), for every actor of
+    Ray's actor table (the GCS's, alive and dead) whose owner is an actor, matched by the owner's address (ip, port);
+    {} where Ray is not connected in this process, or its GCS does not answer within ``timeout`` seconds (a thread
+    reads it: the caller never waits longer). Ray is not imported here; only the job's watch asks, when a look holds a
+    death without a word beside a recorded end."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return {}
+    found: dict[str, str] = {}
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            from ray._private.state import state
+
+            rows = state.actor_table(None)
+            by_address = {(row["Address"]["IPAddress"], row["Address"]["Port"]): actor
+                          for actor, row in rows.items()}
+            for actor, row in rows.items():
+                owner = by_address.get((row["OwnerAddress"]["IPAddress"], row["OwnerAddress"]["Port"]))
+                if owner is not None and owner != actor:
+                    found[actor] = owner
+        except Exception as err:  # Ray's private table differs by release or its GCS failed: parentage alone then
+            failed.append(err)
+
+    reader = threading.Thread(target=read, name="verl-ascend-ext-actor-owners", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive() or failed:
+        why = f"no answer within {timeout:g} s" if reader.is_alive() else f"{type(failed[0]).__name__}: {failed[0]}"
+        logger.warning("verl-ascend-ext: Ray's actor table could not be read (%s): deaths are dated by parentage "
+                       "alone", why)
+        return {}
+    return dict(found)
 
 
 def imported_versions() -> dict[str, str]:

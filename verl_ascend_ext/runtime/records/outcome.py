@@ -1,7 +1,8 @@
 """How a job ended, from its processes' records: the outcome, the process that failed first and why.
 
 A record says how its process ended (``ended``, from ``process_end``) and which errors the plugin raised in
-it (``errors``, at the moment they were raised). A process whose record is dead without an end ended
+it (``errors``, at the moment they were raised); whether and how that end, or the lack of one, is a failure is
+``ends.how_failed``'s (the job's watch asks it too). A process whose record is dead without an end ended
 "without a word" (SIGKILL, the OOM killer, a native crash, a lost host); when another process noticed its death
 (``seen_dead``: the job's watch in the trainer's process, ``records.watch``), the time it was first seen dead is
 its time of death; otherwise only the time its record was last written is known, which may date from its boot. A
@@ -10,9 +11,9 @@ seen stopped, whether it has died since or is still stopped.
 
 The job's outcome: running while its driver (the newest driver record) runs; failed when the driver failed (an
 exception, a signal, a non-zero exit, or no word) or when a process doing the job's work (a Ray actor, a vLLM
-process: ``works``) was lost before the job's teardown began (``teardown``: when the trainer's ``fit`` ended, else
-the driver's end): it ended without a word (seen dead then), by a signal, an exception or a non-zero exit, even if
-the driver then exited 0; ended well otherwise. For a failed job:
+process: ``does_job_work``) was lost before the job's teardown began (``teardown``: when the trainer's ``fit``
+ended, else the driver's end): it ended without a word (seen dead then), by a signal, an exception or a non-zero
+exit, even if the driver then exited 0; ended well otherwise. For a failed job:
 
 - first failure: the earliest failure with a known time (an error the plugin raised, an exception, a signal, a
   non-zero exit, a death seen by another process) in any process; except that, when none of those precedes it,
@@ -30,6 +31,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from verl_ascend_ext.runtime.records.ends import NO_WORD, STOPPED, how_failed, stopped_too_long
+from verl_ascend_ext.runtime.records.kinship import ancestors
 from verl_ascend_ext.runtime.records.schema import (
     DRIVER,
     ENGINE_CORE,
@@ -45,21 +48,19 @@ DEATH_REPORT = re.compile(r"(Actor|Worker|Node|Owner|Raylet)(Died|Crashed)")  # 
 ACTOR_ID = re.compile(r"\bactor_id:\s*([0-9a-f]{8,})")  # Ray's ActorDiedError: "\tactor_id: 6f1c..."
 PID = re.compile(r"\bpid(?:[:=]\s*|\s+)(\d+)")  # "pid: 8367" (Ray), "pid 8367" (ours), "pid=8367"
 RUNNING, ENDED_WELL, FAILED, UNKNOWN = "running", "ended well", "failed", "unknown"
-NO_WORD = "ended without a word"
 DIED = "died"  # a failure event: a death without a word (or a stop too long), seen by another process
-STOPPED = "stopped"  # how a notice of a process stopped too long begins (``records.watch``)
 WORKING_ROLES = (RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER)
 
 
-def idle(rec: dict[str, Any]) -> bool:
+def is_idle_pool_worker(rec: dict[str, Any]) -> bool:
     """A Ray worker from Ray's pool that never got an actor or task and imported no patch target."""
     return (rec.get("role") == RAY_WORKER and not rec.get("actor_class")
             and not any(p.get("imported") for p in (rec.get("patches") or {}).values()))
 
 
-def works(rec: dict[str, Any]) -> bool:
+def does_job_work(rec: dict[str, Any]) -> bool:
     """A process that does the job's work (a Ray actor, a vLLM process): its loss mid-job fails the job."""
-    return rec.get("role") in WORKING_ROLES and not idle(rec)
+    return rec.get("role") in WORKING_ROLES and not is_idle_pool_worker(rec)
 
 
 def identity_of(rec: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -74,22 +75,6 @@ def deaths_seen(records: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dic
             key = (notice.get("host"), notice.get("pid"), notice.get("proc_start"))
             if key not in out or (notice.get("at") or 0.0) < (out[key].get("at") or 0.0):
                 out[key] = notice
-    return out
-
-
-def stopped_too_long(notice: dict[str, Any] | None) -> bool:
-    """Whether a notice is of a process the job's watch found stopped too long (not of a death)."""
-    return notice is not None and str(notice.get("how", "")).startswith(STOPPED)
-
-
-def ancestors(rec: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records of ``rec``'s parent, its parent's parent, ... on its host (by ``ppid``), nearest first."""
-    by_pid = {(r.get("host"), r.get("pid")): r for r in records}
-    out: list[dict[str, Any]] = []
-    parent = by_pid.get((rec.get("host"), rec.get("ppid")))
-    while parent is not None and parent is not rec and parent not in out:
-        out.append(parent)
-        parent = by_pid.get((parent.get("host"), parent.get("ppid")))
     return out
 
 
@@ -112,13 +97,15 @@ def label(rec: dict[str, Any]) -> str:
     return out
 
 
-def clock(t: float | None) -> str:
+def format_time(t: float | None) -> str:
+    """A time as the report prints it: local date and time to the second (``2026-12-05 14:03:27``), ``?`` unknown."""
     return "?" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def silent(rec: dict[str, Any]) -> bool:
     """Dead (seen on this host) with no recorded end."""
-    return rec.get("alive") is False and not rec.get("ended")
+    failure = how_failed(rec, rec.get("alive"))
+    return failure is not None and failure.kind == NO_WORD
 
 
 def end_of(rec: dict[str, Any], last_record: bool = True, seen: dict[str, Any] | None = None) -> str:
@@ -126,23 +113,21 @@ def end_of(rec: dict[str, Any], last_record: bool = True, seen: dict[str, Any] |
     (``seen``: a notice) or else the time of its last record, unless ``last_record`` is false."""
     if rec.get("alive"):
         return f"running, {seen.get('how')} (seen by {seen.get('by')})" if stopped_too_long(seen) else "running"
+    failure = how_failed(rec, rec.get("alive"), seen)
     ended = rec.get("ended")
     if not ended:
-        if rec.get("alive") is not False and seen is None:
+        if failure is None:
             return "?"
         if not last_record:
             return NO_WORD
-        if stopped_too_long(seen):
-            return f"{NO_WORD}, after it was seen {seen.get('how')} at {clock(seen.get('at'))} by {seen.get('by')}"
+        if failure.kind == STOPPED:
+            return f"{NO_WORD}, after it was seen {failure.what} at {format_time(failure.at)} by {failure.by}"
         if seen is not None:
-            return f"{NO_WORD} (seen dead {clock(seen.get('at'))} by {seen.get('by')})"
-        return f"{NO_WORD} (last record {clock(rec.get('updated'))})"
-    how, code = ended.get("how"), ended.get("code")
-    if how == SIGNAL:
-        return str(ended.get("signal"))
-    if how == EXCEPTION:
-        first = (ended.get("error") or [{}])[-1]
-        return f"exception {first.get('type')}"
+            return f"{NO_WORD} (seen dead {format_time(failure.at)} by {failure.by})"
+        return f"{NO_WORD} (last record {format_time(rec.get('updated'))})"
+    if failure is not None and failure.kind != EXIT:
+        return failure.what
+    code = ended.get("code")
     text = "exited" if code is None else f"exit {code}"
     if ended.get("error"):
         text += f" after {(ended['error'])[0].get('type')}"
@@ -154,13 +139,12 @@ def failure_events(rec: dict[str, Any], seen: dict[str, Any] | None = None) -> l
     process that ended without a word and was seen dead (``seen``), its death then; for one seen stopped too long,
     dead since or not, that stop."""
     out = [{"at": e.get("at"), "kind": "raised", "by": e.get("by"), "chain": [e]} for e in rec.get("errors") or []]
-    if seen is not None and not rec.get("ended") and (rec.get("alive") is not True or stopped_too_long(seen)):
-        out.append({"at": seen.get("at"), "kind": DIED, "by": seen.get("by"), "how": seen.get("how"), "chain": []})
-    ended = rec.get("ended") or {}
-    how, code = ended.get("how"), ended.get("code")
-    if how in (EXCEPTION, SIGNAL) or (how == EXIT and code not in (0, None)):
-        out.append({"at": ended.get("at"), "kind": how, "signal": ended.get("signal"), "code": code,
-                    "chain": ended.get("error") or []})
+    failure = how_failed(rec, rec.get("alive"), seen)
+    if failure is not None and failure.recorded:
+        out.append({"at": failure.at, "kind": failure.kind, "signal": failure.signal, "code": failure.code,
+                    "chain": failure.chain})
+    elif failure is not None and seen is not None:
+        out.append({"at": failure.at, "kind": DIED, "by": failure.by, "how": failure.what, "chain": []})
     return out
 
 
@@ -203,7 +187,7 @@ def lost_mid_job(records: list[dict[str, Any]], driver: dict[str, Any],
     until = min(teardowns) if teardowns else (driver.get("ended") or {}).get("at")
     if until is None:
         return []
-    return [(ev, rec) for rec in records if rec is not driver and works(rec)
+    return [(ev, rec) for rec in records if rec is not driver and does_job_work(rec)
             for ev in failure_events(rec, seen.get(identity_of(rec)))
             if ev["kind"] != "raised" and ev["at"] is not None and ev["at"] < until]
 
@@ -246,7 +230,7 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         state = FAILED if events else UNKNOWN
     elif driver.get("alive"):
         state = RUNNING
-    elif silent(driver) or any(ev["kind"] != "raised" for ev in failure_events(driver)) or mid_job:
+    elif how_failed(driver, driver.get("alive")) is not None or mid_job:
         state = FAILED
     else:
         state = ENDED_WELL if driver.get("ended") else UNKNOWN
@@ -263,7 +247,7 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         first, report = died
         out["first_failure"] = {**_who(first), "how": NO_WORD, "at": None}
         out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) {NO_WORD}; last "
-                             f"record {clock(first.get('updated'))}. Reported as {report.get('type')}: "
+                             f"record {format_time(first.get('updated'))}. Reported as {report.get('type')}: "
                              + str(report.get("message")).splitlines()[0])
         cause_entry = report
     elif events:
@@ -278,18 +262,18 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
                                 "where": innermost.get("where"), "chain": event["chain"]}
         if stop:
             out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) "
-                                 f"{event.get('how')}; first seen stopped {clock(event['at'])}")
+                                 f"{event.get('how')}; first seen stopped {format_time(event['at'])}")
         elif event["kind"] == DIED:
             out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) {NO_WORD} "
                                  f"(SIGKILL, the OOM killer, a native crash); its last record "
-                                 f"{clock(first.get('updated'))}, seen dead {clock(event['at'])}")
+                                 f"{format_time(first.get('updated'))}, seen dead {format_time(event['at'])}")
         else:
             out["root_cause"] = f"{innermost.get('type')}: {innermost.get('message')}" if innermost else how
         cause_entry = innermost
     elif driver is not None and silent(driver):
         first, cause_entry = driver, {}
         out["first_failure"] = {**_who(driver), "how": NO_WORD, "at": None}
-        out["root_cause"] = f"the driver {NO_WORD}; last record {clock(driver.get('updated'))}"
+        out["root_cause"] = f"the driver {NO_WORD}; last record {format_time(driver.get('updated'))}"
     else:
         return out
     named = []
@@ -315,7 +299,7 @@ def format_outcome(result: dict[str, Any]) -> list[str]:
     out = ["Job: FAILED" if state == FAILED else "Job: running; failures recorded so far"]
     first = result.get("first_failure")
     if first:
-        at = "" if first.get("at") is None else f" at {clock(first['at'])}"
+        at = "" if first.get("at") is None else f" at {format_time(first['at'])}"
         where = f" in {first['where']}" if first.get("where") else ""
         out.append(f"  failed first: {first['role']} (host {first['host']}, pid {first['pid']}): "
                    f"{first['how']}{at}{where}")

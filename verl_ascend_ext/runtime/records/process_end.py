@@ -161,7 +161,7 @@ def _write() -> None:
 def _excepthook(previous: Callable[..., Any]) -> Callable[..., Any]:
     def excepthook(kind: type[BaseException], value: BaseException, tb: types.TracebackType | None) -> Any:
         global _uncaught
-        if recorder.mine():
+        if recorder.has_own_recorder():
             _uncaught = describe(value)
             _write()
         return previous(kind, value, tb)
@@ -173,7 +173,7 @@ def _excepthook(previous: Callable[..., Any]) -> Callable[..., Any]:
 def _exit(previous: Callable[..., Any]) -> Callable[..., Any]:
     def exit(status: Any = None) -> Any:
         global _exit_call
-        if threading.current_thread() is threading.main_thread() and recorder.mine():
+        if threading.current_thread() is threading.main_thread() and recorder.has_own_recorder():
             handling = sys.exc_info()[1]
             _exit_call = (status, describe(handling) if handling is not None else None)
         return previous(status)
@@ -186,7 +186,7 @@ def _exit(previous: Callable[..., Any]) -> Callable[..., Any]:
 def _chained(previous: Callable[..., Any]) -> Callable[..., Any]:
     def handler(signum: int, frame: types.FrameType | None) -> Any:
         global _signalled
-        if recorder.mine():
+        if recorder.has_own_recorder():
             _signalled = signal.Signals(signum).name
             _write()
         return previous(signum, frame)
@@ -196,7 +196,7 @@ def _chained(previous: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _at_exit() -> None:
-    if recorder.mine():
+    if recorder.has_own_recorder():
         _write()
 
 

@@ -6,6 +6,11 @@ schema this reader does not know (counted, with the fix). ``collect`` adds, in m
 host's processes, from ``/proc``; None for another host's) and, for a live Ray worker, the actor it runs now.
 Nothing on disk changes: ``verl-ascend status`` and a checkpoint save read the directory as it is (removing old
 records is ``prune``'s, an explicit step).
+
+``read_shared`` is a process's one read of a directory for the readers in it that read again and again (in verl's
+trainer: the job's watch every second, the sleep-memory metric at every logged step): one cache per directory (a file
+unchanged since the last read is not parsed again), and a read younger than ``REUSE_S`` (the caller's ``max_age``) is
+handed out again rather than repeated.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import json
 import os
 import socket
 import stat
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from verl_ascend_ext.runtime.records import identity, store
@@ -30,6 +37,7 @@ from verl_ascend_ext.runtime.records.schema import (
 )
 
 Cache = dict[str, tuple[tuple[int, int, int], dict[str, Any]]]  # path -> ((inode, size, mtime ns), record read)
+REUSE_S = 1.0  # s: a shared read this young is handed out again (the job watch's interval: one read a look)
 
 
 def read_records(base: str, namespaces: Iterable[str] | None = None,
@@ -151,3 +159,45 @@ def collect(base: str, namespaces: Iterable[str] | None = None) -> tuple[list[di
         if rec["alive"] and rec.get("namespace") != LOCAL_NAMESPACE:
             rec.update(identity.now_running_as(int(rec["pid"])))
     return records, notes
+
+
+class _SharedReads:
+    """This process's reads of each status directory (``read_shared``): the newest, with when it began, and the
+    cache of parsed files."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.newest: dict[str, tuple[float, list[dict[str, Any]], list[str]]] = {}
+        self.caches: dict[str, Cache] = {}
+
+
+_shared = _SharedReads()
+
+
+def _forget_in_child() -> None:
+    """A forked child starts with no shared read (and a lock no thread of its parent can hold)."""
+    global _shared
+    _shared = _SharedReads()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def read_shared(base: str, max_age: float = REUSE_S,
+                now: Callable[[], float] = time.monotonic) -> tuple[list[dict[str, Any]], list[str]]:
+    """``read_records(base)`` shared by this process's readers: the newest read of ``base`` when it began less than
+    ``max_age`` seconds ago, else a new one, with this process's one cache of ``base``. Each caller gets its own
+    copy of the list and of each record (a shallow one: the records' fields are shared, and read only)."""
+    key = os.path.abspath(base)
+    shared = _shared
+    with shared.lock:
+        began = now()
+        newest = shared.newest.get(key)
+        if newest is None or began - newest[0] >= max_age:
+            cache = shared.caches.setdefault(key, {})
+            records, notes = read_records(base, cache=cache)
+            kept = {rec["file"] for rec in records}
+            for gone in [path for path in cache if path not in kept]:  # removed (pruned) since: not kept for ever
+                del cache[gone]
+            newest = shared.newest[key] = (began, records, notes)
+        return [dict(rec) for rec in newest[1]], list(newest[2])

@@ -284,7 +284,7 @@ def flush() -> None:
         _recorder.flush()
 
 
-def mine() -> bool:
+def has_own_recorder() -> bool:
     """Whether this process has a recorder of its own (not one inherited through ``fork``)."""
     return _recorder is not None and _recorder.pid == os.getpid()
 
@@ -292,7 +292,7 @@ def mine() -> bool:
 def failed(by: str, err: BaseException, where: str | None) -> None:
     """An exception of the plugin's own (``by``: the patch id, or "boot") escaped at ``where`` (file:line of the
     raise): recorded now, so the record holds it even when the process lives on (a Ray actor's failed call)."""
-    if not mine():
+    if not has_own_recorder():
         return
     assert _recorder is not None
     entry = {"at": time.time(), "by": by, "type": type(err).__name__, "message": str(err), "where": where}
@@ -304,7 +304,7 @@ def failed(by: str, err: BaseException, where: str | None) -> None:
 def ending(ended: Mapping[str, Any]) -> None:
     """How this process ended (``process_end.ended``): written now, atomically, with every count; also from a signal
     handler that interrupted a write on this thread (``Recorder.write``)."""
-    if not mine():
+    if not has_own_recorder():
         return
     assert _recorder is not None
     with _recorder.lock:
@@ -315,7 +315,7 @@ def ending(ended: Mapping[str, Any]) -> None:
 def noticed(notice: Mapping[str, Any]) -> None:
     """This process noticed another one's death (``schema.NOTICE_FIELDS``): written now (a status reader then knows
     when a process that left no word died, and who saw it)."""
-    if not mine():
+    if not has_own_recorder():
         return
     assert _recorder is not None
     with _recorder.lock:
@@ -326,7 +326,7 @@ def noticed(notice: Mapping[str, Any]) -> None:
 def slept(entry: Mapping[str, Any]) -> None:
     """This process (a rollout worker) slept (``schema.SLEEP_FIELDS``): written now, so that the trainer's next log of
     the step's metrics reads it. The first sleep is kept for good (the growth since it), then the newest."""
-    if not mine():
+    if not has_own_recorder():
         return
     assert _recorder is not None
     with _recorder.lock:
@@ -338,7 +338,7 @@ def slept(entry: Mapping[str, Any]) -> None:
 def teardown_began() -> None:
     """The job's training has ended in this process (its trainer's ``fit``: the job watch stops): deaths from here on
     are the job's teardown's."""
-    if not mine():
+    if not has_own_recorder():
         return
     assert _recorder is not None
     with _recorder.lock:

@@ -38,7 +38,14 @@ from typing import Any
 from verl_ascend_ext.patching.gates import DISABLE_ENV
 from verl_ascend_ext.patching.record import DONE, OFF, Status
 from verl_ascend_ext.patching.status import DETAIL
-from verl_ascend_ext.runtime.records.outcome import FAILED, end_of, idle, label, newest_driver, outcome
+from verl_ascend_ext.runtime.records.outcome import (
+    FAILED,
+    end_of,
+    is_idle_pool_worker,
+    label,
+    newest_driver,
+    outcome,
+)
 from verl_ascend_ext.runtime.records.schema import ACTS, EAGER, IMPORT, TRACED
 
 VLLM_TARGETS = ("vllm.", "vllm_ascend.")
@@ -162,7 +169,7 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
     """The status report of ``records`` (any hosts): processes, summary, by_role, problems, exit code."""
     records = sorted(records, key=lambda r: (r.get("host", ""), str(r.get("role")), int(r.get("pid", 0))))
     live = [r for r in records if active(r)]
-    counted = [r for r in (live or records) if not idle(r)]
+    counted = [r for r in (live or records) if not is_idle_pool_worker(r)]
     summary: dict[str, Counter] = defaultdict(Counter)
     by_role: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     for rec in counted:
@@ -180,9 +187,9 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
             counts = Counter(json.dumps(_settings(r), sort_keys=True) for r in live)
             reference, ref_name = json.loads(counts.most_common(1)[0][0]), "most processes (no active driver record)"
         for rec in live:
-            mine = _settings(rec)
-            diff = [f"{k}={mine.get(k, '-')} ({reference.get(k, '-')} in the reference)"
-                    for k in sorted(set(mine) | set(reference)) if mine.get(k) != reference.get(k)]
+            own = _settings(rec)
+            diff = [f"{k}={own.get(k, '-')} ({reference.get(k, '-')} in the reference)"
+                    for k in sorted(set(own) | set(reference)) if own.get(k) != reference.get(k)]
             if diff:
                 problems.append(f"{who(rec)}: settings differ from {ref_name}: {'; '.join(diff)}")
     versions: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
@@ -198,7 +205,8 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
         "host": r.get("host"), "pid": r.get("pid"), "role": r.get("role"), "actor_class": r.get("actor_class"),
         "label": label(r), "ranks": r.get("ranks") or {}, "ip": r.get("ip"),
         "ended": r.get("ended"), "end": end_of(r), "errors": r.get("errors") or [],
-        "loaded_by": r.get("loaded_by"), "alive": r.get("alive"), "idle": idle(r), "namespace": r.get("namespace"),
+        "loaded_by": r.get("loaded_by"), "alive": r.get("alive"), "idle": is_idle_pool_worker(r),
+        "namespace": r.get("namespace"),
         "started": r.get("started"), "dead_since": r.get("dead_since"), "versions": r.get("versions"),
         "patches": {pid: p.get("status") for pid, p in sorted((r.get("patches") or {}).items())},
         "exercised": sorted(pid for pid, p in (r.get("patches") or {}).items() if p.get("exercised")),

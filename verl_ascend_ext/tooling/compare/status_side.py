@@ -15,7 +15,7 @@ from typing import Any
 from verl_ascend_ext.patching.status import DETAIL
 from verl_ascend_ext.runtime.records.outcome import newest_driver
 from verl_ascend_ext.runtime.records.reader import collect
-from verl_ascend_ext.runtime.records.report import aggregate, idle, only_pending, replacement
+from verl_ascend_ext.runtime.records.report import aggregate, is_idle_pool_worker, only_pending, replacement
 from verl_ascend_ext.runtime.records.schema import ACTS, DRIVER, EAGER
 from verl_ascend_ext.tooling.compare.runs import Run, RunError
 
@@ -28,7 +28,7 @@ def summary(directory: str | Path, run: Run | None = None) -> dict[str, Any]:
     if not Path(directory).is_dir():
         raise RunError(f"status directory {directory}: no such directory (the job's VERL_ASCEND_EXT_STATUS_DIR)")
     records, _ = collect(str(directory))
-    if not [r for r in records if not idle(r)]:
+    if not [r for r in records if not is_idle_pool_worker(r)]:
         raise RunError(f"status directory {directory}: no process record in it; pass the job's "
                        "VERL_ASCEND_EXT_STATUS_DIR")
     drivers = [r for r in records if r.get("role") == DRIVER]
