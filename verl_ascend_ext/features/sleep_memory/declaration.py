@@ -5,15 +5,16 @@ allocator sleeps, asserts it did not shrink and only logs what was freed and wha
 worker keeps after each sleep is what verl users on Ascend run out of after hours (verl #3902: the assert at step
 223; vllm-ascend #9563: ~240 MB more after each wake-up). Three records measure each worker's sleep (NPU, GPU, and
 vLLM-CPU, whose sleep does nothing: there the host-side figure, so the path runs on a CPU), keep the figures in the
-process's record and the rank's series, warn once per rank on a growing trend and turn the assert into an error that
-names the series and the fix; a fourth adds the step's figures to what verl's ``Tracking.log`` hands its loggers.
+process's record and the rank's series, warn once a leak on a rank's growing trend (``trend``) and turn the assert
+into an error that names the series and the fix; a fourth adds the step's figures to what verl's ``Tracking.log``
+hands its loggers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from verl_ascend_ext.features.sleep_memory.settings import GATE, GROWTH_MIB, GROWTH_SLEEPS
+from verl_ascend_ext.features.sleep_memory.settings import GATE, SETTINGS
 from verl_ascend_ext.features.sleep_memory.targets import ASCEND_ID, CPU_ID, CUDA_ID, METRIC_ID
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 from verl_ascend_ext.patching.gates import Setting
@@ -101,7 +102,7 @@ def verl_ascend_ext_gates() -> list[Gate]:
 
 @hookimpl
 def verl_ascend_ext_settings() -> list[Setting]:
-    return [GROWTH_SLEEPS, GROWTH_MIB]
+    return list(SETTINGS)
 
 
 @hookimpl

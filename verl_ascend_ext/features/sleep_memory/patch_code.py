@@ -3,7 +3,7 @@ process that runs verl's trainer and logs its metrics).
 
 ``sleep_ascend`` / ``sleep_cuda`` / ``sleep_cpu`` run the worker's own sleep between two readings of its device
 (``meters``): what it keeps after the sleep and what the sleep freed go into this process's record
-(``recorder.slept``) and this rank's series, whose trend warns once (``series.Series.trend_warning``). vLLM's
+(``recorder.slept``) and this rank's series, whose trend warns once a leak (``series.Series.trend_warning``). vLLM's
 ``assert freed_bytes >= 0, "Memory usage increased after sleeping."`` becomes ``SleepMemoryGrew``, naming the rank,
 the series and the fix. ``log_with_sleep_memory`` adds the step's figures, read from the job's records, to what
 verl's ``Tracking.log`` hands every logger (console, file, wandb, tensorboard...).
@@ -18,17 +18,16 @@ import time
 from typing import Any
 
 from verl_ascend_ext.features.sleep_memory import meters
-from verl_ascend_ext.features.sleep_memory.series import ASSERT_TEXT, MiB, Series, SleepMemoryGrew, step_metrics
-from verl_ascend_ext.features.sleep_memory.settings import GROWTH_MIB, GROWTH_SLEEPS
+from verl_ascend_ext.features.sleep_memory.series import ASSERT_TEXT, Series, SleepMemoryGrew, step_metrics
+from verl_ascend_ext.features.sleep_memory.settings import rule
 from verl_ascend_ext.features.sleep_memory.targets import ASCEND_ID, CPU_ID, CUDA_ID, METRIC_ID
 from verl_ascend_ext.patching.status import DETAIL, acted, stood_down
 from verl_ascend_ext.runtime.records import recorder, store
-from verl_ascend_ext.runtime.records.reader import Cache, read_records
+from verl_ascend_ext.runtime.records.reader import read_shared
 
 logger = logging.getLogger("verl_ascend_ext.features.sleep_memory")
 
 _series: dict[Any, Series] = {}  # this process's workers (one in each vLLM worker process), by rank
-_records_cache: Cache = {}
 
 
 def sleep_ascend(original: Any, worker: Any, *args: Any, **kwargs: Any) -> Any:
@@ -103,14 +102,14 @@ def _keep(record_id: str, worker: Any, level: Any, before: meters.Reading, after
     rank = getattr(worker, "rank", None)
     series = _series.get(rank)
     if series is None:
-        series = _series[rank] = Series(who(worker))
-    entry = {"n": len(series.sleeps) + 1, "at": time.time(), "level": level, "in_use": after.in_use,
+        series = _series[rank] = Series(who(worker), rule())
+    entry = {"n": series.count + 1, "at": time.time(), "level": level, "in_use": after.in_use,
              "freed": before.in_use - after.in_use, "total": after.total, "meter": after.meter,
              "cleanup": cleanup}
     series.add(entry)
     recorder.slept(entry)
     acted(record_id)
-    warning = series.trend_warning(GROWTH_SLEEPS.read(), GROWTH_MIB.read() * MiB)
+    warning = series.trend_warning()
     if warning:
         logger.warning("verl-ascend-ext: %s", warning)
     return series
@@ -123,7 +122,7 @@ def log_with_sleep_memory(original: Any, tracking: Any, *args: Any, **kwargs: An
     if job is None:
         stood_down(METRIC_ID, "this process belongs to no job of the plugin's (VERL_ASCEND_EXT_JOB unset)")
     elif isinstance(data, dict) and data and not all(str(key).startswith("val") for key in data):
-        records, _ = read_records(store.base_dir(), cache=_records_cache)
+        records, _ = read_shared(store.base_dir())  # the job watch's read of this look, when one is fresh
         figures = step_metrics(records, job)
         if figures:
             data = {**data, **figures}
