@@ -17,6 +17,9 @@ import pytest
 from subprocesses import scrubbed, scrubbed_env
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# seconds the nodes may take to show as alive in the GCS (Ray's default: 30): a loaded 2-core machine starting a raylet
+# beside a training job is slow, never wrong; a node that never registers still fails the wait, named by Ray
+NODES_TIMEOUT = 300.0
 
 
 @contextmanager
@@ -46,7 +49,7 @@ def two_nodes() -> Iterator[object]:
     """A head and one worker node (1 CPU each) on loopback; more nodes may be added."""
     with loopback_cluster() as cluster:
         cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
+        cluster.wait_for_nodes(NODES_TIMEOUT)
         yield cluster
 
 
@@ -55,7 +58,7 @@ def three_nodes() -> Iterator[tuple[object, set[str]]]:
     """A head and two worker nodes (1 CPU each) on loopback: the cluster and the worker nodes' ids."""
     with loopback_cluster() as cluster:
         workers = [cluster.add_node(num_cpus=1), cluster.add_node(num_cpus=1)]
-        cluster.wait_for_nodes()
+        cluster.wait_for_nodes(NODES_TIMEOUT)
         yield cluster, {w.node_id for w in workers}
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from raycluster import driver_env, two_nodes
+from raycluster import NODES_TIMEOUT, driver_env, two_nodes
 from repo import REPO
 from subprocesses import run_command
 
@@ -47,7 +47,7 @@ def job(cluster, tmp_path: Path, **env: str) -> tuple[int, str, dict | None]:
 
 def added(cluster, **env: str):
     node = cluster.add_node(num_cpus=1, env_vars=env)
-    cluster.wait_for_nodes()
+    cluster.wait_for_nodes(NODES_TIMEOUT)
     return node
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from ascend_trees import full_node
-from raycluster import driver_env, loopback_cluster
+from raycluster import NODES_TIMEOUT, driver_env, loopback_cluster
 from repo import REPO
 from subprocesses import run_command
 
@@ -37,7 +37,7 @@ def test_a_raylet_with_another_cann_tree_fails_the_cluster_doctor(tmp_path: Path
     other_env = full_node(tmp_path / "other", cann="8.5.0", nnal_version="8.5.0", driver="25.3.rc1")
     with loopback_cluster(head_env=head_env) as cluster:
         other = cluster.add_node(num_cpus=1, env_vars={**other_env, GLM_GATE: "1"})
-        cluster.wait_for_nodes()
+        cluster.wait_for_nodes(NODES_TIMEOUT)
 
         proc = doctor_ray(cluster.address, "--json")
         assert proc.returncode == 1, proc.stdout + proc.stderr

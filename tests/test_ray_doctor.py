@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from raycluster import driver_env, two_nodes
+from raycluster import NODES_TIMEOUT, driver_env, two_nodes
 from repo import REPO
 from subprocesses import run_command
 
@@ -61,7 +61,7 @@ def test_nodes_started_with_a_different_environment_are_reported(cluster, tmp_pa
     no_discovery = cluster.add_node(num_cpus=1, env_vars={"VERL_USE_EXTERNAL_PLUGINS": "none"})
     gate_off = cluster.add_node(num_cpus=1, env_vars={GATE: "0"})
     broken = cluster.add_node(num_cpus=1, env_vars={"PYTHONPATH": str(shadow.parent)})
-    cluster.wait_for_nodes()
+    cluster.wait_for_nodes(NODES_TIMEOUT)
 
     code, out, err, _ = doctor_ray("--address", cluster.address, "--json")
     assert code == 1, out + err

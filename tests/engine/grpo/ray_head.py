@@ -26,7 +26,7 @@ def main() -> None:
     try:
         for node in json.loads(sys.argv[2]) if len(sys.argv) > 2 else []:
             cluster.add_node(num_cpus=64, num_gpus=node["num_gpus"], env_vars=node["env_vars"])
-        cluster.wait_for_nodes()
+        cluster.wait_for_nodes(300)  # Ray's default 30 s: a loaded 2-core machine is slow, not wrong
         print(cluster.address, flush=True)
         sys.stdin.read()  # until the job ends (the test closes our stdin, or kills us)
     finally:
