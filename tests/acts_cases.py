@@ -32,6 +32,7 @@ ROUTE_CHECK, ROUTE_AGREEMENT, ROUTE_METRIC = "r3-route-check", "r3-route-agreeme
 WATCH, WATCH_ASYNC, GENERATION = "job-watch", "job-watch-fully-async", "fully-async-generation-fails-closed"
 SLEEP_ASCEND, SLEEP_CUDA, SLEEP_CPU = "sleep-memory-ascend", "sleep-memory-cuda", "sleep-memory-cpu"
 SLEEP_METRIC = "sleep-memory-metric"
+WAKE_ASCEND, WAKE_CUDA, WAKE_CPU = "wake-up-time-ascend", "wake-up-time-cuda", "wake-up-time-cpu"
 
 
 async def _update_weights(self: Any) -> None:
@@ -319,6 +320,24 @@ def _sleeping(meter: str, readable: bool) -> Callable[[Callable[..., Any]], Any]
     return run
 
 
+def _waking(raises: bool) -> Callable[[Callable[..., Any]], Any]:
+    """vLLM's worker ``wake_up(tags=["weights"])`` (the worker's ``rank`` is what the record reads); the original
+    (``_wake_up``) raises when the worker's ``fails`` says so: a wake-up that failed is not timed."""
+    def run(replacement: Callable[..., Any]) -> Any:
+        try:
+            return replacement(SimpleNamespace(rank=0, local_rank=0, fails=raises), tags=["weights"])
+        except RuntimeError as err:
+            assert raises and "wake-up failed" in str(err), err
+            return None
+
+    return run
+
+
+def _wake_up(self: Any, tags: list[str] | None = None) -> None:
+    if self.fails:
+        raise RuntimeError("wake-up failed (acts case)")
+
+
 def _logging(slept: bool, data: dict[str, Any]) -> Callable[[Callable[..., Any]], Any]:
     """verl's ``Tracking.log(data=..., step=1)`` in a job whose status directory holds a rollout worker's record
     with one sleep, or none."""
@@ -432,6 +451,13 @@ CASES = [
     ActsCase(SLEEP_CUDA, "GPU memory unreadable", lambda self, level=1: None, _sleeping("cuda", False), acts=False),
     ActsCase(SLEEP_CPU, "host memory read", lambda self, level=1: None, _sleeping("host", True), acts=True),
     ActsCase(SLEEP_CPU, "host memory unreadable", lambda self, level=1: None, _sleeping("host", False), acts=False),
+    # the wake-up records: a wake-up that returned is timed; one that raised is not
+    ActsCase(WAKE_ASCEND, "woke", _wake_up, _waking(raises=False), acts=True),
+    ActsCase(WAKE_ASCEND, "the wake-up raised", _wake_up, _waking(raises=True), acts=False),
+    ActsCase(WAKE_CUDA, "woke", _wake_up, _waking(raises=False), acts=True),
+    ActsCase(WAKE_CUDA, "the wake-up raised", _wake_up, _waking(raises=True), acts=False),
+    ActsCase(WAKE_CPU, "woke", _wake_up, _waking(raises=False), acts=True),
+    ActsCase(WAKE_CPU, "the wake-up raised", _wake_up, _waking(raises=True), acts=False),
     # the metric: a step's metrics once a worker of the job slept; before any sleep, or validation alone, as they are
     ActsCase(SLEEP_METRIC, "a worker slept", lambda self, data, step, backend=None: data,
              _logging(True, {"training/global_step": 1}), acts=True),

@@ -81,7 +81,8 @@ def test_two_runs_of_the_same_code_agree_and_a_shifted_metric_fails_naming_it(tm
     report = compare(base, same, "--json", check_rc=0)
     assert verdicts(report) == {"memory": OK, "actor memory": "not logged", "throughput": OK, "step time": OK,
                                 "reward": OK, "rollout-actor gap": OK, "rollout-actor correlation": "not logged",
-                                "distillation loss": "not logged", "rollout memory after sleep": "not logged"}
+                                "distillation loss": "not logged", "rollout memory after sleep": "not logged",
+                                "rollout wake-up": "not logged"}
     report = compare(base, slow, "--json", check_rc=1)
     assert report["failed"] == ["throughput"] and verdicts(report)["throughput"] == FAIL
     (throughput,) = [v for v in report["verdicts"] if v["rule"] == "throughput"]

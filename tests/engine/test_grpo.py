@@ -48,9 +48,11 @@ WEIGHT_SYNC = ("weight-sync-kv-barrier", "weight-sync-light-empty-cache", "weigh
                "weight-sync-receiver-no-full-gc")
 EXPORT_CHECK = "checkpoint-export-check-fsdp"
 SLEEP_METRIC = "rollout/host_resident_memory_after_sleep_gib"  # vLLM-CPU: a host meter, its own metric
+WAKE_METRIC = "rollout/wake_up_s"  # time, not memory: one name for every meter
 EMPTY_MICRO_BATCH = "distill-empty-micro-batch"  # no verl release fixes it: applied on 0.9.0 and 0.9.1
 # Metrics that measure time or memory, not the computation: they differ between any two runs.
-NOT_NUMBERS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/memory_")
+NOT_NUMBERS = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/memory_",
+               "rollout/host_resident_memory_", WAKE_METRIC)
 
 
 def status_of(rec: dict, patch: str) -> str:
@@ -104,7 +106,9 @@ def test_the_export_check_passes_on_the_real_save(jobs: Jobs) -> None:
 def test_the_memory_each_rollout_worker_keeps_after_sleep_is_a_metric_of_every_step(jobs: Jobs) -> None:
     """verl sleeps the rollout every step; vLLM-CPU's worker sleep does nothing, so the sleep-memory-cpu record reads
     the host-side figure (the worker's resident memory): the path from the worker's record to verl's console logger
-    runs whole, under the host meter's own metric names: the figure is not device memory (docs/sleep-memory.md)."""
+    runs whole, under the host meter's own metric names: the figure is not device memory (docs/sleep-memory.md).
+    vLLM-CPU's worker wake-up (a no-op that warns) is timed by the wake-up-time-cpu record: each step's
+    rollout/wake_up_s is the seconds of the wake-ups before a sleep the workers recorded."""
     done = jobs["on"].as_planned()
     _, rollout = teacher_and_rollout(done, "vllm-worker")
     slept = [r for r in rollout if r["sleeps"]]
@@ -113,12 +117,16 @@ def test_the_memory_each_rollout_worker_keeps_after_sleep_is_a_metric_of_every_s
         assert status_of(rec, "sleep-memory-cpu") == "applied" and rec["patches"]["sleep-memory-cpu"]["acts"] >= 2
         assert [s["n"] for s in rec["sleeps"]] == list(range(1, len(rec["sleeps"]) + 1)), rec["sleeps"]
         assert all(s["meter"].startswith("host") and s["in_use"] > 0 for s in rec["sleeps"])
+        assert status_of(rec, "wake-up-time-cpu") == "applied" and rec["patches"]["wake-up-time-cpu"]["acts"] >= 2
     recorded = [s["in_use"] / 2**30 for rec in slept for s in rec["sleeps"]]
+    woke = [s["woke_s"] for rec in slept for s in rec["sleeps"] if s.get("woke_s") is not None]
     assert sorted(done.metrics) == [1, 2]
     for step, m in done.metrics.items():  # each step's figure is a sleep the workers recorded (the worst rank's)
         assert any(abs(m[SLEEP_METRIC] - value) < 1e-9 for value in recorded), (step, m[SLEEP_METRIC], recorded)
         assert math.isfinite(m["rollout/host_resident_memory_after_sleep_growth_gib"]), step
         assert "rollout/memory_in_use_after_sleep_gib" not in m, m  # a host's memory never under the device's name
+        assert WAKE_METRIC in m and math.isfinite(m[WAKE_METRIC]) and m[WAKE_METRIC] >= 0, (step, sorted(m))
+        assert any(abs(m[WAKE_METRIC] - value) < 1e-9 for value in woke), (step, m[WAKE_METRIC], woke)
     (runner,) = done.by_role()["ray-worker TaskRunnerV1"]
     assert runner["patches"]["sleep-memory-metric"]["acts"] >= len(done.metrics)
 

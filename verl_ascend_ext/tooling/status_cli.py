@@ -127,6 +127,11 @@ def _acts_when(report: dict[str, Any]) -> dict[str, str]:
     return {r.id: r.acts_when for r in records if r.acts_when and r.id in ids}
 
 
+def _woke(seconds: float | None) -> str:
+    """The seconds of a worker's wake-ups before its last sleep (the wake-up-time records), or "-": none timed."""
+    return "-" if seconds is None else f"{seconds:.2f} s"
+
+
 def format_report(report: dict[str, Any]) -> str:
     out = [f"verl-ascend status: {report['active']} active process(es), {report['dead']} dead"]
     out += [f"  {report['job_selection']}", ""] if report.get("job_selection") else [""]
@@ -172,8 +177,9 @@ def format_report(report: dict[str, Any]) -> str:
         gib = 1 << 30
         out += ["", "Memory in use after sleep (rollout workers; sleep-memory records)"]
         out.append(table([[k["host"], str(k["pid"]), k["label"], str(k["sleeps"]), f"{k['first'] / gib:.2f} GiB",
-                           f"{k['last'] / gib:.2f} GiB", f"{k['most'] / gib:.2f} GiB", k["meter"]] for k in kept],
-                         ["host", "pid", "role", "sleeps", "first", "last", "most", "read by"]))
+                           f"{k['last'] / gib:.2f} GiB", f"{k['most'] / gib:.2f} GiB", _woke(k.get("woke_s")),
+                           k["meter"]] for k in kept],
+                         ["host", "pid", "role", "sleeps", "first", "last", "most", "woke before last", "read by"]))
     if report["notes"]:
         out += ["", "Notes"] + [f"  {n}" for n in report["notes"]]
     if report["problems"]:

@@ -215,7 +215,8 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
     job = outcome(records)
     kept_after_sleep = [{"host": r.get("host"), "pid": r.get("pid"), "label": label(r), "sleeps": r["sleeps"][-1]["n"],
                          "first": r["sleeps"][0]["in_use"], "last": r["sleeps"][-1]["in_use"],
-                         "most": max(s["in_use"] for s in r["sleeps"]), "meter": r["sleeps"][-1]["meter"]}
+                         "most": max(s["in_use"] for s in r["sleeps"]), "meter": r["sleeps"][-1]["meter"],
+                         "woke_s": r["sleeps"][-1].get("woke_s")}
                         for r in records if r.get("sleeps")]
     return {
         "outcome": job,

@@ -15,6 +15,8 @@ one noticed: who, when, how, so that a process that died without a word has a ti
 by the process the job watch runs in, verl's trainer: when its ``fit`` ended; a death after it is the teardown's, not a
 failure). Schema 4 adds ``sleeps`` (a rollout worker's device memory after each sleep: ``SLEEP_FIELDS``, the first and
 the newest ``MAX_SLEEPS - 1`` of them, written by the ``sleep-memory`` records and read into verl's metrics).
+Schema 5 adds ``woke_s`` to each sleep entry (the seconds of the rank's wake-ups since its previous sleep, timed by
+the ``wake-up-time`` records; null where none was timed); the entries of older records lack it (read as null).
 Only the standard library and ``patching.outcomes`` (itself standard library only) are imported: every process
 loads this module at boot.
 """
@@ -25,8 +27,8 @@ from typing import Any
 
 from verl_ascend_ext.patching.outcomes import Observed
 
-SCHEMA = 4
-OLDER = (1, 2, 3)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
+SCHEMA = 5
+OLDER = (1, 2, 3, 4)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
 
 # Roles (``role``); a Ray actor's class is kept beside it (``actor_class``).
 DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
@@ -83,10 +85,11 @@ ENDED_FIELDS = ("at", "how", "code", "signal", "error")
 NOTICE_FIELDS = ("host", "pid", "proc_start", "role", "at", "how", "by")  # ``how``: what was seen ("no end recorded")
 # ``n``: the sleep's number in the process (1 = its first); bytes of the device (``meter``: how they were read) in use
 # after the sleep, freed by it, and the device's total; ``cleanup``: vLLM-Ascend's extra clean-up on (None: no such
-# setting)
-SLEEP_FIELDS = ("n", "at", "level", "in_use", "freed", "total", "meter", "cleanup")
+# setting); ``woke_s``: seconds of the wake-ups since the previous sleep (None: none timed; absent before schema 5)
+SLEEP_FIELDS = ("n", "at", "level", "in_use", "freed", "total", "meter", "cleanup", "woke_s")
 MAX_SLEEPS = 256
-SLEEP_TYPES = {"n": (int,), "in_use": (int,), "freed": (int,), "total": (int,), "meter": (str,)}  # what readers use
+SLEEP_TYPES = {"n": (int,), "in_use": (int,), "freed": (int,), "total": (int,), "meter": (str,),
+               "woke_s": (int, float, type(None))}  # what readers use (a type None allows: the field may be absent)
 JOB_ENV = "VERL_ASCEND_EXT_JOB"
 # field -> the JSON types its value may have (a reader names a record whose fields are of other types)
 TYPES: dict[str, tuple[type, ...]] = {
@@ -169,6 +172,6 @@ def check_types(record: dict[str, Any]) -> None:
         for name, types in SLEEP_TYPES.items():
             if not isinstance(entry.get(name), types) or isinstance(entry.get(name), bool):
                 raise MalformedRecord(f"field 'sleeps' holds an entry whose {name!r} is not "
-                                      f"{' or '.join(t.__name__ for t in types)}")
+                                      f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}")
     if not all(isinstance(entry, dict) for entry in (record.get("patches") or {}).values()):
         raise MalformedRecord("field 'patches' holds an entry that is not an object")

@@ -5,8 +5,9 @@ step's peak memory may grow by 1 GB; over steps 5-14, throughput may drop by 5 %
 mean move by 0.05 either way, the rollout-vs-actor log-probability gap by 5 % either way. The plugin adds its own:
 the same memory bound on the name verl 0.9's v1 trainer (``trainer.use_v1``, its default) logs the peak under
 (``actor/perf/max_memory_allocated_gb``; the nightly's name is the legacy workers'), the rollout-vs-actor probability
-correlation (a fix that stopped acting on the rollout shows there first) and the distillation loss where the run
-distils. A default rule whose metric neither run logged is reported as not logged.
+correlation (a fix that stopped acting on the rollout shows there first), the distillation loss where the run
+distils, and the rollout's memory after sleep and its wake-up time (the sleep-memory records). A default rule
+whose metric neither run logged is reported as not logged.
 
 A rules file (TOML) overrides a default of the same name or adds one::
 
@@ -109,6 +110,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     _rule("distillation loss", "actor/distillation/loss", STEADY, "mean", "±10%"),
     # what the rollout keeps on its device after sleep (the sleep-memory records): the same +1 GB as memory above
     _rule("rollout memory after sleep", "rollout/memory_in_use_after_sleep_gib", None, "last", "+1"),
+    # what the rollout's wake-up takes (the wake-up-time records): a first bound, not yet measured on a device
+    _rule("rollout wake-up", "rollout/wake_up_s", STEADY, "mean", "+20%"),
 )
 
 
