@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from statistics import median
 
 MIB = float(1 << 20)
 WARMUP = 2  # sleeps skipped, as vLLM-Ascend's test_no_npu_memory_growth_over_5_cycles skips 2 warm-up cycles
@@ -33,12 +34,6 @@ MIN_WINDOW = 6  # fewer points give each half's slope and the rank correlation t
 BOUND_MIB = 256.0  # the least growth over the window, by the slope, that warns
 MIN_RHO = 0.5  # EVE's Spearman gate
 SCALES = (1, 2, 4)  # readings a point of the window stands for: the longer windows read slower leaks
-
-
-def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def smoothed(values: Sequence[float], scale: int = 1) -> list[float]:
