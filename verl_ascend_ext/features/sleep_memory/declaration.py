@@ -43,38 +43,40 @@ ACTS = "the worker slept (what it keeps after the sleep, and what the sleep free
 ASSERT = r"assert freed_bytes >= 0, 'Memory usage increased after sleeping\.'"
 
 
-def _sleep_record(record_id: str, target: str, distribution: str, versions: str, contains: tuple[str, ...],
-                  description: str, wrapper: str) -> PatchRecord:
+def _worker_record(record_id: str, target: str, distribution: str, versions: str, contains: tuple[str, ...],
+                   description: str, wrapper: str, *, why: str = WHY, never: str = NEVER, upstream: str = UPSTREAM,
+                   remove_when: str = REMOVE_WHEN, acts: str = ACTS) -> PatchRecord:
+    """A record on a rollout worker's method (its sleep by default; its wake-up with the wake texts)."""
     return PatchRecord(
         id=record_id,
         feature="sleep_memory",
-        why=WHY,
+        why=why,
         target=target,
         gate=GATE,
         distribution=distribution,
         versions=versions,
         original=Fingerprint(contains=contains, description=description),
-        fixed=Fingerprint.never_matching(NEVER),
+        fixed=Fingerprint.never_matching(never),
         wrapper=f"verl_ascend_ext.features.sleep_memory.patch_code:{wrapper}",
-        upstream=UPSTREAM,
-        remove_when=REMOVE_WHEN,
+        upstream=upstream,
+        remove_when=remove_when,
         traced=False,
-        acts_when=ACTS,
+        acts_when=acts,
     )
 
 
-SLEEP_ASCEND = _sleep_record(
+SLEEP_ASCEND = _worker_record(
     # read: 0.23.0 (the wheel), v0.24.0rc1, v0.25.1rc1 and main of 2026-12 (scripts/survey_vllm_ascend_tags.py)
     ASCEND_ID, "vllm_ascend.worker.worker:NPUWorker.sleep", "vllm-ascend", ">=0.23.0,<=0.25.1rc1",
     (r"free_bytes_before_sleep = torch\.npu\.mem_get_info\(\)\[0\]", ASSERT),
     "the NPU worker's sleep reads torch.npu.mem_get_info before and after the allocator sleeps and asserts the "
     "free memory did not shrink", "sleep_ascend")
-SLEEP_CUDA = _sleep_record(
+SLEEP_CUDA = _worker_record(
     CUDA_ID, "vllm.v1.worker.gpu_worker:Worker.sleep", "vllm", ">=0.23.0,<=0.33.0",
     (r"free_bytes_before_sleep = torch\.(?:cuda\.mem_get_info|accelerator\.get_memory_info)\(\)\[0\]", ASSERT),
     "the GPU worker's sleep reads the device's free memory before and after it sleeps (torch.cuda.mem_get_info, "
     "torch.accelerator.get_memory_info from 0.26) and asserts it did not shrink", "sleep_cuda")
-SLEEP_CPU = _sleep_record(
+SLEEP_CPU = _worker_record(
     CPU_ID, "vllm.v1.worker.cpu_worker:CPUWorker.sleep", "vllm", ">=0.23.0,<=0.33.0",
     (r"logger\.warning\('sleep mode is not supported on CPU, ignore it\.'\)",),
     "vLLM-CPU's worker ignores sleep (it only warns)", "sleep_cpu")
@@ -88,26 +90,13 @@ WAKE_WHY = ("vLLM-Ascend's extra clean-up (enable_sleep_mode_extra_cleanup, whic
             "returns, which `compare` judges between a run with it on and one with it off.")
 WAKE_REMOVE_WHEN = "vLLM (or verl) reports the rollout's wake-up time as a metric of its own"
 WAKE_ACTS = "the worker woke (the seconds its wake-up took, recorded)"
+WAKE_UPSTREAM = "none (vllm-ascend #9585 adds the extra clean-up and its rebuild at wake-up)"
 
 
 def _wake_record(record_id: str, target: str, distribution: str, versions: str, contains: tuple[str, ...],
                  description: str, wrapper: str) -> PatchRecord:
-    return PatchRecord(
-        id=record_id,
-        feature="sleep_memory",
-        why=WAKE_WHY,
-        target=target,
-        gate=GATE,
-        distribution=distribution,
-        versions=versions,
-        original=Fingerprint(contains=contains, description=description),
-        fixed=Fingerprint.never_matching(WAKE_NEVER),
-        wrapper=f"verl_ascend_ext.features.sleep_memory.patch_code:{wrapper}",
-        upstream="none (vllm-ascend #9585 adds the extra clean-up and its rebuild at wake-up)",
-        remove_when=WAKE_REMOVE_WHEN,
-        traced=False,
-        acts_when=WAKE_ACTS,
-    )
+    return _worker_record(record_id, target, distribution, versions, contains, description, wrapper, why=WAKE_WHY,
+                          never=WAKE_NEVER, upstream=WAKE_UPSTREAM, remove_when=WAKE_REMOVE_WHEN, acts=WAKE_ACTS)
 
 
 WAKE_ASCEND = _wake_record(
