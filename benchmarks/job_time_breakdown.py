@@ -52,6 +52,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from verl_ascend_ext.runtime.records.reader import read_records  # noqa: E402  (the repository's own package)
+from verl_ascend_ext.tooling.compare.runs import number, parse_step_line  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Ray's prefix of a worker's line: "(WorkerDict pid=123) ", "(pid=123) " (before the actor is named), a vLLM
@@ -195,13 +196,8 @@ def step_metrics(lines: list[Line]) -> dict[int, dict[str, float]]:
         found = STEP_LINE.search(line.text)
         if not found:
             continue
-        values = {}
-        for part in found.group(2).split(" - "):
-            key, _, value = part.rpartition(":")
-            try:
-                values[key.strip()] = float(value)
-            except ValueError:
-                continue
+        parsed = {key: number(text) for key, text in parse_step_line(found.group(2)).items()}  # compare's reader
+        values = {key: value for key, value in parsed.items() if value is not None}
         step = int(values.get("training/global_step", found.group(1)))  # fully-async: the step the metrics are of
         out.setdefault(step, {}).update(values)
     return out
