@@ -95,6 +95,11 @@ verl091_tests() {  # verl091_tests NAME [PYTEST ARGS...]
 # carries every VERL_ASCEND_EXT_* variable of a driver to its Ray workers, as the verl tests check. The jobs' and
 # the engines' output is printed when all are done.
 ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py tests/engine/test_moe_routes.py)
+# verl 0.9.0 modules that run beside the training jobs too, after the engines and the verl 0.9.1 tests (one
+# pytest-xdist worker), instead of in the verl 0.9.0 phase before them: the jobs leave most of a core idle for their
+# last ~15 min (measured, docs/benchmarks.md). Each module is whole there (its fixtures unchanged).
+BESIDE=(tests/test_ray_status.py tests/test_far_watch.py tests/test_cluster_check.py tests/test_contract.py
+        tests/test_selftest.py tests/test_sleep_trend.py tests/test_stacks.py)
 # shellcheck disable=SC2329  # run through phase
 engine_tier() {
   local rc=0 engines jobs
@@ -106,6 +111,8 @@ engine_tier() {
   jobs=$!
   wait "$engines" || rc=$?
   TEST_WORKERS=1 verl091_tests "  pytest: verl 0.9.1 (beside the jobs, 1 worker)" || rc=$?
+  TEST_WORKERS=1 phase "  pytest: verl 0.9.0, ${#BESIDE[@]} modules (beside the jobs, 1 worker)" \
+    run_phase "not verl091" "${BESIDE[@]}" || rc=$?
   wait "$jobs" || rc=$?
   echo "---- ${ENGINES[*]} (ran beside the training jobs) ----"
   cat "$PHASES.engines"
@@ -115,7 +122,11 @@ engine_tier() {
 }
 status=0
 use_verl 0.9.0
-phase "pytest: verl 0.9.0" run_phase "not verl091" "$@" || status=$?
+if [ "$#" -eq 0 ]; then  # the modules of BESIDE run in the engine tier, beside the training jobs
+  phase "pytest: verl 0.9.0" run_phase "not verl091" "${BESIDE[@]/#/--ignore=}" || status=$?
+else
+  phase "pytest: verl 0.9.0" run_phase "not verl091" "$@" || status=$?
+fi
 if [ "$#" -eq 0 ]; then  # the real-engine tier (tests/engine), in the engine venv, with the verl 0.9.1 tests
   phase "pytest: engine tier (tests/engine) and verl 0.9.1" engine_tier || status=$?
 else  # the caller narrows the run: no engine tier

@@ -24,7 +24,17 @@ from subprocesses import run_command
 
 from verl_ascend_ext.runtime.records.schema import new_patch
 from verl_ascend_ext.tooling.compare import nonfinite
-from verl_ascend_ext.tooling.compare.judge import FAIL, MISSING, MOVED, NOISE, OK, judge, noise_of
+from verl_ascend_ext.tooling.compare.judge import (
+    FAIL,
+    MISSING,
+    MOVED,
+    NOISE,
+    NOT_COMPARABLE,
+    OK,
+    RANKS_METRIC,
+    judge,
+    noise_of,
+)
 from verl_ascend_ext.tooling.compare.rules import load_rules
 from verl_ascend_ext.tooling.compare.runs import NULL, Run, RunError, parse_step_line, read_run
 
@@ -409,3 +419,20 @@ def test_a_baseline_file_without_its_runs_non_finite_record_says_so_and_fails_th
     (finding,) = compare(baseline, run, "--json", check_rc=1)["nonfinite"]
     assert finding["baseline_side"] == "unknown" and "the baseline file does not say whether its run logged it " \
         "non-finite (written before it kept that: write it again with --write-baseline)" in finding["note"]
+
+
+def test_sleep_figures_of_different_sets_of_rollout_ranks_are_not_compared_and_the_verdict_says_why() -> None:
+    """The sleep-memory figure is the worst rank of the ranks it covers (every node's since the watch on every node):
+    runs whose figures cover different numbers of ranks are not compared (not failed either); the same number is."""
+    memory = {step: 2.0 for step in range(1, 21)}
+    base = series_run("b", {"rollout/memory_in_use_after_sleep_gib": memory, RANKS_METRIC: dict.fromkeys(memory, 16)})
+    one_node = series_run("r", {"rollout/memory_in_use_after_sleep_gib": {s: 1.0 for s in memory},
+                                RANKS_METRIC: dict.fromkeys(memory, 8)})
+    verdict = judge(RULES["rollout memory after sleep"], base, one_node)
+    assert verdict.verdict == NOT_COMPARABLE and not verdict.failed, verdict
+    assert "the worst of 16 rollout rank(s), the run's of 8" in verdict.note, verdict.note
+    same = series_run("r", {"rollout/memory_in_use_after_sleep_gib": {s: 4.0 for s in memory},
+                            RANKS_METRIC: dict.fromkeys(memory, 16)})
+    assert judge(RULES["rollout memory after sleep"], base, same).verdict == FAIL  # +2 GiB over the +1 bound
+    assert judge(RULES["rollout memory after sleep"], base, series_run("r", {
+        "rollout/memory_in_use_after_sleep_gib": memory})).verdict == OK  # a run without the count: compared

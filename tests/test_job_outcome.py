@@ -17,7 +17,7 @@ import pytest
 from records import record, write_record
 from subprocesses import run_command
 
-from verl_ascend_ext.runtime.records.outcome import one_job, outcome
+from verl_ascend_ext.runtime.records.outcome import format_outcome, one_job, outcome
 
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
 JOB = "node-a-100-7.json"
@@ -52,6 +52,42 @@ def test_the_process_seen_dead_first_is_named_first_not_the_one_whose_last_recor
     # the mutant: without the notice, the death has no time, and the driver's error is all that is dated
     boss["seen_dead"] = []
     assert outcome([boss, core, rank])["first_failure"]["pid"] == 100
+
+
+def running_driver(**fields) -> dict:
+    return record(pid=100, role="driver", alive=True, job=JOB, namespace="local", **fields)
+
+
+def test_a_running_job_with_a_process_dead_mid_job_is_lost_not_all_well_and_a_slow_one_is_not() -> None:
+    """The watch off (or a node it did not cover): the driver runs, an EngineCore died without a word. status says
+    the job lost it (exit 1 through ``lost_mid_job``), named first; a live process, however old its record, and an
+    end after the trainer's teardown began, are not losses; a running job with nothing dead has none."""
+    core = dead(7, role="engine-core", updated=150.0)
+    slow = record(pid=8, role="vllm-worker", alive=True, job=JOB, updated=10.0)
+    result = outcome([running_driver(), core, slow])
+    assert result["state"] == "running" and [w["pid"] for w in result["lost_mid_job"]] == [7], result
+    assert result["first_failure"]["pid"] == 7 and result["first_failure"]["how"] == "ended without a word", result
+    assert outcome([running_driver(), slow])["lost_mid_job"] == []
+    after = dead(9, actor_class="WorkerDict", ended={"at": 260.0, "how": "signal", "signal": "SIGTERM", "code": None})
+    quiet = outcome([running_driver(teardown=250.0), after, slow])
+    assert quiet["lost_mid_job"] == [] and quiet["first_failure"]["pid"] == 9, quiet  # a failure recorded, no loss
+    text = "\n".join(format_outcome(result))
+    assert "Job: running, 1 process(es) of it LOST (exit 1)" in text and "lost while it runs: engine-core" in text
+
+
+def test_a_death_noticed_of_a_process_or_node_with_no_record_here_is_named_first() -> None:
+    """Another node's process whose record never reached this directory (its node lost), and a lost node itself, as
+    the trainer's watch noticed them: the notice alone names them, with how they were lost."""
+    node = {"host": "node-b", "pid": 55, "proc_start": 9, "role": "ray-node 10.0.0.2 node 57772a4b", "at": 180.0,
+            "how": "lost: silent for 31 s: its job watch stopped answering (the bound is 30 s); last heard 10:00:00",
+            "by": "the job watch of the trainer's process"}
+    boss = driver({"at": 202.0, "how": "exit", "code": 1,
+                   "error": [{"type": "ActorDiedError", "message": "lost", "where": "x.py:1"}]}, seen_dead=[node])
+    result = outcome([boss])
+    first = result["first_failure"]
+    assert result["state"] == "failed" and first["role"] == node["role"] and first["at"] == 180.0, result
+    assert first["how"].startswith("lost: silent for 31 s") and "ray-node 10.0.0.2" in result["root_cause"], result
+    assert [w["role"] for w in result["lost_mid_job"]] == [node["role"]], result
 
 
 @pytest.mark.parametrize(("lost_at", "state"), [(150.0, "failed"), (205.0, "ended well")])
@@ -114,3 +150,21 @@ def test_a_record_that_cannot_be_read_is_named_with_its_file_and_reason_and_the_
     assert f"{bad_list} ignored: not a readable record (field 'seen_dead' holds an entry that is not an object" in \
         notes, notes
     assert f"{cut} ignored: not JSON (" in notes and notes.count("Fix: remove it") == 3, notes
+
+
+def test_records_gathered_from_another_node_are_read_with_the_rest_and_a_process_counts_once(tmp_path: Path) -> None:
+    """The trainer's watch writes another node's records under its own directory (``gathered-<node>``): status reads
+    them there; where a directory also holds the process's own record (nodes sharing one directory), the newest copy
+    counts, once."""
+    from verl_ascend_ext.runtime.records import gathered
+    from verl_ascend_ext.runtime.records.reader import collect
+
+    base = tmp_path / "status"
+    own = record(pid=7, host="node-b", role="engine-core", job=JOB, updated=300.0)
+    write_record(base, own)
+    far = record(pid=8, host="node-b", role="vllm-worker", job=JOB, updated=250.0)
+    assert gathered.write(str(base), "57772a4bfa67bba7aa", [{**own, "updated": 200.0, "file": "/x/y/z.json"}, far]) == 2
+    assert sorted(p.name for p in (base / "gathered-57772a4bfa67bba7").iterdir()) == ["node-b-8-1.json", "z.json"]
+    records, notes = collect(str(base))
+    assert notes == [] and sorted((r["pid"], r["updated"]) for r in records) == [(7, 300.0), (8, 250.0)], records
+    assert all(r["alive"] is None for r in records)  # another host's: not judged from this /proc

@@ -123,6 +123,11 @@ def test_status_ray_lists_every_process_of_a_running_job(cluster, tmp_path: Path
     assert expected in report["problems"], report["problems"]
     assert len(report["problems"]) == 1, report["problems"]
     assert text.returncode == 1 and f"pid {overridden['pid']}" in text.stdout and "dead" in text.stdout
+    # the job runs, one of its workers dead: status says it is lost (as the watch, off here, would), not "all well"
+    result = report["outcome"]
+    assert result["state"] == "running" and [w["pid"] for w in result["lost_mid_job"]] == [victim], result
+    assert result["first_failure"]["pid"] == victim, result
+    assert "process(es) of it LOST (exit 1)" in text.stdout, text.stdout
 
 
 def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster, tmp_path: Path) -> None:
@@ -170,3 +175,25 @@ def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster
     assert first["how"] == f"ended without a word, seen dead by the job watch of pid {info['runner']['pid']}", first
     (runner,) = [p for p in report["processes"] if p["pid"] == info["runner"]["pid"]]
     assert (runner["ended"]["how"], runner["ended"]["error"][0]["type"]) == ("exit", "JobProcessLost"), runner
+
+
+def test_status_ray_that_reads_no_record_exits_2_naming_where_each_node_looked_json_only(cluster,
+                                                                                         tmp_path: Path) -> None:
+    """A ``${NAME}`` directory no node's environment names, given quoted: expanded on each node (left as written
+    there), nothing read: exit 2 naming each node's directory; ``--json`` prints one JSON document on stdout."""
+    c, _ = cluster
+    proc = run_command([CLI, "status", "--ray", "--address", c.address, "--dir", "${NO_SUCH_VARIABLE}/status",
+                        "--json"], driver_env(), check=False, timeout=180, cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)  # JSON only: Ray's own lines went to stderr
+    (error,) = report["notes"]
+    assert "no process record on any of the 3 node(s) that answered" in error, error
+    assert error.count("${NO_SUCH_VARIABLE}/status") == 3 and "Fix: pass the job's" in error, error
+
+
+def test_what_ray_prints_while_status_ray_is_connected_goes_to_stderr() -> None:
+    """Ray's threads print to file descriptor 1 (e.g. "node ... has been marked dead"): held off stdout."""
+    code = ("import os, sys\nfrom verl_ascend_ext.tooling.cluster.status_ray import stdout_to_stderr\n"
+            "with stdout_to_stderr():\n    os.write(1, b'ray says\\n')\n    print('python says')\nprint('{}')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert proc.stdout == "{}\n" and "ray says" in proc.stderr and "python says" in proc.stderr, proc

@@ -33,6 +33,7 @@ from verl_ascend_ext.features.sleep_memory.series import (
     HOST_GROWTH_METRIC,
     HOST_METRIC,
     METRIC,
+    RANKS_METRIC,
     WAKE_METRIC,
     GiB,
     MiB,
@@ -40,7 +41,7 @@ from verl_ascend_ext.features.sleep_memory.series import (
     step_metrics,
 )
 from verl_ascend_ext.features.sleep_memory.trend import Rule
-from verl_ascend_ext.runtime.records import store
+from verl_ascend_ext.runtime.records import gathered, store
 from verl_ascend_ext.runtime.records.schema import (
     JOB_ENV,
     MAX_SLEEPS,
@@ -119,8 +120,8 @@ def test_a_host_meters_figures_are_host_resident_memory_never_device_memory() ->
     records = [{"job": "j1", "sleeps": host}, {"job": "j1", "sleeps": [sleep(1, GiB), sleep(2, 2 * GiB)]}]
     assert step_metrics(records, "j1") == pytest.approx({METRIC: 2.0, GROWTH_METRIC: 1.0, FREED_METRIC: 40.0,
                                                         HOST_METRIC: 0.75, HOST_GROWTH_METRIC: 0.25,
-                                                        HOST_FREED_METRIC: 0.0})
-    assert set(step_metrics(records[:1], "j1")) == {HOST_METRIC, HOST_GROWTH_METRIC, HOST_FREED_METRIC}
+                                                        HOST_FREED_METRIC: 0.0, RANKS_METRIC: 2})
+    assert set(step_metrics(records[:1], "j1")) == {HOST_METRIC, HOST_GROWTH_METRIC, HOST_FREED_METRIC, RANKS_METRIC}
 
 
 def test_step_metrics_take_the_worst_rank_of_the_job_only() -> None:
@@ -130,8 +131,24 @@ def test_step_metrics_take_the_worst_rank_of_the_job_only() -> None:
         {"job": "j1", "sleeps": []},  # a process that never slept (the trainer)
         {"job": "other", "sleeps": [sleep(1, 9.0 * GiB), sleep(2, 50.0 * GiB)]},
     ]
-    assert step_metrics(records, "j1") == pytest.approx({METRIC: 1.5, GROWTH_METRIC: 0.5, FREED_METRIC: 20.0})
+    assert step_metrics(records, "j1") == pytest.approx({METRIC: 1.5, GROWTH_METRIC: 0.5, FREED_METRIC: 20.0,
+                                                        RANKS_METRIC: 2})
     assert step_metrics(records, "none-such") == {}
+
+
+def test_the_other_nodes_sleeps_the_job_watch_reports_count_in_the_step_metrics_once() -> None:
+    """A rank of another node, as its node's watch reported it (first and newest sleep: ``gathered.sleeper``), is one
+    of the ranks; the same rank read twice (its own record and a report) counts once, by its newer copy."""
+    here = {"job": "j1", "host": "a", "pid": 1, "proc_start": 1, "updated": 5.0,
+            "sleeps": [sleep(1, 1.0 * GiB), sleep(2, 1.5 * GiB)]}
+    far = {"job": "j1", "host": "b", "pid": 1, "proc_start": 1, "updated": 6.0,
+           "sleeps": [sleep(n, (1.0 + n) * GiB) for n in range(1, 6)]}
+    reported = gathered.sleeper(far)
+    assert [s["n"] for s in reported["sleeps"]] == [1, 5] and "patches" not in reported
+    stale = {**gathered.sleeper({**far, "sleeps": far["sleeps"][:2]}), "updated": 4.0}
+    merged = gathered.newest_copies([here, stale, reported])
+    assert step_metrics(merged, "j1") == pytest.approx({METRIC: 6.0, GROWTH_METRIC: 4.0, FREED_METRIC: 40.0,
+                                                       RANKS_METRIC: 2})
 
 
 def test_the_record_keeps_the_first_sleep_and_the_newest_and_older_schemas_read_without_sleeps() -> None:
@@ -208,7 +225,7 @@ def test_step_metrics_take_the_slowest_ranks_wake_up_of_every_meter_and_none_whe
 def test_a_schema_4_record_without_woke_s_reads_and_gives_no_wake_up_metric() -> None:
     rec = new_record(host="h", pid=1, job="j", sleeps=[sleep(1, GiB), sleep(2, 2 * GiB)])
     old = {**rec, "schema": 4}
-    assert SCHEMA == 5 and all("woke_s" not in s for s in old["sleeps"])
+    assert SCHEMA >= 5 and all("woke_s" not in s for s in old["sleeps"])
     read = upgrade(json.loads(json.dumps(old)))
     assert read["schema"] == SCHEMA and read["sleeps"] == old["sleeps"]
     figures = step_metrics([read], "j")

@@ -16,11 +16,16 @@ whole and, with ``--resume``, resumes); the script exits 1 when any cell missed,
 
     ENGINE_PY=$(bash scripts/setup_vllm_engine.sh | tail -1)
     $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR] [--resume]
+        [--doc docs/status.md]
 
 CI runs the cells that ride its jobs (``tests/engine``: actor rank 1 in hybrid mode, trainer rank 1 and the
 EngineCore in fully-async mode, the EngineCore in hybrid mode, a stalled rank, the route check over a whole
-step's corrupted routes). The one-rank route check (``moe/route-check-one-sample``: one sample's routes corrupted)
-is a cell here: its seconds run from the check's error to the driver's end.
+step's corrupted routes, the EngineCore on the node the TaskRunner is not on of a job on two nodes). The two-node
+cells (``two-nodes/...``) fault the node verl's TaskRunner is not on; their status column reads the TaskRunner's
+node's status directory alone (the other node's records gathered there); ``node-far`` kills that whole node (its
+raylet and every process it started) and fires only where that node is not the head (killing the head is losing
+the cluster's GCS: another failure). The one-rank route check (``moe/route-check-one-sample``: one sample's routes
+corrupted) is a cell here: its seconds run from the check's error to the driver's end.
 """
 
 from __future__ import annotations
@@ -43,9 +48,13 @@ HYBRID = JobSpec("hybrid", verl="0.9.0", steps=2, save_every=1)
 FULLY_ASYNC = JobSpec("fully-async", verl="0.9.0", mode="fully-async", actor="megatron",
                       layout={"tensor_model_parallel_size": 2}, steps=3, save_every=1,
                       recipe="glm5_2_megatron_fully_async")
+# two Ray nodes (each its own status directory, as two machines): the faults on the node verl's TaskRunner is not on
+TWO_NODES = JobSpec("two-nodes", verl="0.9.0", nodes=2, steps=2, save_every=1)
 FAULTS = (
     (HYBRID, ("trainer-rank1", "engine-core", "stop:engine-core", "vllm-worker", "actor:AgentLoopWorkerTQ",
              "actor:vLLMHttpServer", "actor:TaskRunnerV1")),
+    (TWO_NODES, ("engine-core-far", "vllm-worker-far", "stop:vllm-worker-far", "actor:vLLMHttpServer-far",
+                 "node-far")),
     (FULLY_ASYNC, ("trainer-rank1", "actor:FullyAsyncRollouter", "actor:MessageQueue", "engine-core",
                   "stop:engine-core", "vllm-worker", "actor:CheckpointEngineWorker", "actor:AgentLoopWorker",
                   "actor:vLLMHttpServer")),
@@ -106,16 +115,22 @@ def row(cell: str, job: Job, timeout: float) -> tuple[list[str], Outcome]:
     if job.killed is None:
         return ([cell, str(job.returncode), "-", "the fault never fired: no such process in this mode", "-"],
                 Outcome(job.returncode, False, None, False, "-"))
-    first = (job.status_json() if job.returncode in (0, 1) else {}).get("outcome", {}).get("first_failure") or {}
-    named = f"{first.get('role')} ({'the killed process' if first.get('pid') == job.killed else 'ANOTHER'}): " \
-            f"{first.get('how')}" if first else "nothing"
+    # on two nodes: the trainer's node's directory alone, where the other node's records were gathered (the post-mortem
+    # a user reads after the cluster is gone)
+    status_dir = job.trainer_status_dir() if job.spec.nodes > 1 else None
+    first = (job.status_json(status_dir) if job.returncode in (0, 1) else {}).get("outcome", {}).get(
+        "first_failure") or {}
+    node = cell.endswith("/node-far")
+    faulted = str(first.get("role")).startswith("ray-node") if node else first.get("pid") == job.killed
+    which = ("the faulted node" if node else "the killed process") if faulted else "ANOTHER"
+    named = f"{first.get('role')} ({which}): {first.get('how')}" if first else "nothing"
     timed_out = job.fault_to_end is None or job.fault_to_end >= timeout - 1
     after = "timeout" if timed_out else f"{job.fault_to_end:.1f}"
     if cell.split("/")[1].startswith("stop:") and after != "timeout":
         after += f" (bound {STOPPED_TIMEOUT} s)"
     checkpoint = last_whole_checkpoint(job)
-    outcome = Outcome(job.returncode, True, None if timed_out else job.fault_to_end,
-                      bool(first) and first.get("pid") == job.killed, checkpoint)
+    outcome = Outcome(job.returncode, True, None if timed_out else job.fault_to_end, bool(first) and faulted,
+                      checkpoint)
     return [cell, str(job.returncode), after, named, checkpoint], outcome
 
 
@@ -125,6 +140,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a job may run (default 900)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the jobs here (default: a temporary dir)")
     parser.add_argument("--resume", action="store_true", help="resume each cell's last whole checkpoint (a job more)")
+    parser.add_argument("--doc", type=Path, default=None,
+                        help="write each mode's table into this document's <!-- fault-matrix: MODE --> block")
     args = parser.parse_args()
     chosen = [c for c in args.cells.split(",") if c] or list(CELLS)
     unknown = [c for c in chosen if c not in CELLS]
@@ -145,13 +162,53 @@ def main() -> int:
         missed += bool(why)
         rows.append([*cells, "yes" if not why else "MISS: " + "; ".join(why)])
         print(" | ".join(rows[-1]), flush=True)
-    header = ["cell (mode/fault)", "exit", "s fault->end", "status names first", "last whole checkpoint", "met"]
-    print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    table = markdown(rows)
+    print("\n" + table)
     print(f"\n{len(rows)} cell(s) in {time.monotonic() - started:.0f} s, {missed} missed their expectation "
           f"(fault_verdict.py); jobs kept in {workdir}")
+    if args.doc is not None:
+        modes = sorted({row[0].split("/")[0] for row in rows})
+        said = (f"Run by `fault_matrix.py --cells {','.join(chosen)}` on {time.strftime('%Y-%m-%d')} (commit "
+                f"{_commit()}, {_cpu()}): {len(rows)} cell(s) in {time.monotonic() - started:.0f} s, {missed} missed.")
+        for mode in modes:
+            write_block(args.doc, mode, said + "\n\n" + markdown([r for r in rows if r[0].startswith(mode + "/")]))
     return 1 if missed else 0
+
+
+HEADER = ["cell (mode/fault)", "exit", "s fault->end", "status names first", "last whole checkpoint", "met"]
+
+
+def markdown(rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER),
+                      *("| " + " | ".join(r) + " |" for r in rows)])
+
+
+def write_block(doc: Path, mode: str, text: str) -> None:
+    """Replace the block between ``<!-- fault-matrix: MODE -->`` and ``<!-- /fault-matrix: MODE -->`` in ``doc``
+    (the table the document shows is the one a run wrote, never copied by hand); a document without the markers is
+    an error naming them."""
+    begin, end = f"<!-- fault-matrix: {mode} -->", f"<!-- /fault-matrix: {mode} -->"
+    body = doc.read_text()
+    if begin not in body or end not in body:
+        raise SystemExit(f"fault_matrix.py: {doc} has no block {begin} ... {end} for the {mode} cells: add the two "
+                         "lines where the table goes")
+    head, rest = body.split(begin, 1)
+    doc.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
+def _commit() -> str:
+    import subprocess
+
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    return proc.stdout.strip() or "?"
+
+
+def _cpu() -> str:
+    import os
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "?")
+    return f"{model}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ class ProbeRunner:
 
 
 HOLD_DIR = os.environ.get("RAY_GATES_HOLD_DIR", "")  # case "hold": where ready.json / go are exchanged with the test
+BLOCK = os.environ.get("RAY_GATES_BLOCK", "") == "1"  # case "hold": the victim waits for ever in a native call
+VICTIM = os.environ.get("RAY_GATES_VICTIM", "")  # case "hold": "far": the victim on a node the runner is not on
 HEAD = "node:__internal_head__"
 
 
@@ -82,6 +84,13 @@ class Holder:
     def describe(self) -> dict:
         return self.info
 
+    def block(self) -> None:
+        """Wait for ever in a native call that holds the GIL (as a rank stuck in C would)."""
+        import ctypes
+
+        while True:  # libc's sleep returns early when a signal comes
+            ctypes.PyDLL(None).sleep(600)
+
 
 @ray.remote(num_cpus=0)
 class HoldRunner:
@@ -99,9 +108,15 @@ class HoldRunner:
         holders = {f"worker{i}": Holder.options(scheduling_strategy=s).remote() for i, s in enumerate(pin)}
         holders["overridden"] = Holder.options(scheduling_strategy=pin[1],
                                                runtime_env={"env_vars": {GATE: "0"}}).remote()
-        holders["victim"] = Holder.options(scheduling_strategy=pin[0]).remote()
+        own = ray.get_runtime_context().get_node_id()
+        # the victim on the head node, or (RAY_GATES_VICTIM=far) on the first node this runner is not on
+        victim = pin[0] if VICTIM != "far" else next(
+            p for p, n in zip(pin, nodes, strict=True) if n["NodeID"] != own)
+        holders["victim"] = Holder.options(scheduling_strategy=victim).remote()
         info = {name: ray.get(h.describe.remote()) for name, h in holders.items()}
-        info["runner"] = {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+        info["runner"] = {"pid": os.getpid(), "node_id": own}
+        if BLOCK:
+            holders["victim"].block.remote()
         with open(os.path.join(HOLD_DIR, "ready.json.tmp"), "w") as f:
             json.dump(info, f)
         os.replace(os.path.join(HOLD_DIR, "ready.json.tmp"), os.path.join(HOLD_DIR, "ready.json"))

@@ -42,6 +42,9 @@ SETTINGS = (
     ('VERL_ASCEND_EXT_SLEEP_MEMORY_WINDOW', 12, 'verl_ascend_ext.features.sleep_memory.settings:window_sleeps', 'sleeps'),
     ('VERL_ASCEND_EXT_SLEEP_MEMORY_GROWTH_MIB', 256.0, 'verl_ascend_ext.patching.gates:positive_mebibytes', 'MiB'),
     ('VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT', 600.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
+    ('VERL_ASCEND_EXT_JOB_WATCH_NODE_TIMEOUT', 30.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
+    ('VERL_ASCEND_EXT_JOB_STUCK', 'error', 'verl_ascend_ext.features.job_watch.targets:stuck_mode', ''),
+    ('VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT', 900.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
     ('VERL_ASCEND_EXT_CLUSTER_CHECK', 'error', 'verl_ascend_ext.features.device.targets:cluster_check_mode', ''),
     ('VERL_ASCEND_EXT_CLUSTER_CHECK_TIMEOUT', 60.0, 'verl_ascend_ext.patching.gates:positive_seconds', 's'),
 )

@@ -1,5 +1,5 @@
-"""The ``verl-ascend`` command line: doctor, status, vet, source, catalogue, boot-manifest, switches, export-check,
-recipe, selftest, compare."""
+"""The ``verl-ascend`` command line: doctor, status, stacks, vet, source, catalogue, boot-manifest, switches,
+export-check, recipe, selftest, compare."""
 
 from __future__ import annotations
 
@@ -42,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--prune", action="store_true",
                         help="remove this host's records of dead processes last written more than "
                              "VERL_ASCEND_EXT_STATUS_KEEP seconds ago (reading never removes anything)")
+    stack = sub.add_parser("stacks", help="where every live process of a job waits (its Python stacks, grouped)")
+    stack.add_argument("--json", action="store_true", help="print one JSON object")
+    stack.add_argument("--dir", metavar="DIR", help="status directory (default: as status)")
+    stack.add_argument("--ray", action="store_true", help="ask the processes of every alive node of a Ray cluster")
+    stack.add_argument("--address", metavar="ADDR", help="with --ray: the cluster's GCS address HOST:PORT")
+    stack.add_argument("--timeout", metavar="SECONDS", type=float, default=5.0,
+                       help="seconds each process has to answer (default 5)")
+    stack.add_argument("--job", metavar="ID", help="the job whose processes are asked (default: the newest driver's)")
     catalogue = sub.add_parser("catalogue", help="print the patch catalogue (docs/patches.md)")
     catalogue.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the generated catalogue")
     manifest = sub.add_parser("boot-manifest", help="print the boot manifest (runtime/boot_manifest.py)")
@@ -107,6 +115,13 @@ def run(argv: list[str] | None = None) -> int:
 
         return status_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
                            timeout=args.timeout, prune=args.prune, job="*" if args.all else args.job)
+    if args.command == "stacks":
+        if args.address and not args.ray:
+            parser.error("--address needs --ray")
+        from verl_ascend_ext.tooling.stacks_cli import main as stacks_main
+
+        return stacks_main(as_json=args.json, directory=args.dir, ray=args.ray, address=args.address,
+                           timeout=args.timeout, job=args.job)
     if args.command == "recipe":
         from verl_ascend_ext.tooling.recipes.cli import run as recipe_run
 

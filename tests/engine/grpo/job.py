@@ -47,6 +47,8 @@ from grpo.recipe_overrides import merged, recipe_overrides
 from repo import script_module
 from subprocesses import run_command, scrubbed_env
 
+from verl_ascend_ext.runtime.records.gathered import PREFIX as GATHERED
+from verl_ascend_ext.runtime.records.gathered import newest_copies
 from verl_ascend_ext.runtime.records.identity import alive
 from verl_ascend_ext.runtime.records.reader import collect, read_records
 from verl_ascend_ext.runtime.records.report import is_idle_pool_worker
@@ -97,12 +99,21 @@ class Job:
 
     def records(self) -> list[dict[str, Any]]:
         """Every process record of the job, as ``verl-ascend status`` reads them (``records.reader.collect``), from
-        every node's status directory."""
-        return [rec for d in node_status_dirs(self.directory, self.spec.nodes) for rec in collect(str(d))[0]]
+        every node's status directory (a record gathered from another node counted once)."""
+        return newest_copies([rec for d in node_status_dirs(self.directory, self.spec.nodes)
+                              for rec in collect(str(d))[0]])
 
     def node_records(self, node: int) -> list[dict[str, Any]]:
-        """The records node ``node`` (0: the head) holds in its own status directory."""
-        return collect(str(node_status_dirs(self.directory, self.spec.nodes)[node]))[0]
+        """The records of node ``node``'s processes (0: the head), in its own status directory (not those gathered
+        there from other nodes)."""
+        return [rec for rec in collect(str(node_status_dirs(self.directory, self.spec.nodes)[node]))[0]
+                if not rec["namespace"].startswith(GATHERED)]
+
+    def trainer_status_dir(self) -> Path:
+        """The status directory of the node verl's TaskRunner ran on (where the other nodes' records are gathered)."""
+        (found,) = [d for d in node_status_dirs(self.directory, self.spec.nodes)
+                    if any(str(r.get("actor_class")).startswith("TaskRunner") for r in own_records(d))]
+        return found
 
     def by_role(self) -> dict[str, list[dict[str, Any]]]:
         """The records by role, a Ray actor's with its class (``ray-worker WorkerDict``)."""
@@ -121,9 +132,10 @@ class Job:
         (rec,) = [r for r in self.records() if r.get("actor_class") == actor_class and r["ranks"].get("rank") == rank]
         return rec
 
-    def status_json(self) -> dict[str, Any]:
-        """What ``verl-ascend status --json --dir`` says about the job (exit 1 when it failed, else 0)."""
-        proc = run_command([CLI, "status", "--json", "--dir", str(self.status_dir)], check=False)
+    def status_json(self, status_dir: Path | None = None) -> dict[str, Any]:
+        """What ``verl-ascend status --json --dir`` says about the job (exit 1 when it failed, else 0), of the head's
+        status directory or ``status_dir``."""
+        proc = run_command([CLI, "status", "--json", "--dir", str(status_dir or self.status_dir)], check=False)
         assert proc.returncode == (1 if self.returncode else 0), proc.stdout + proc.stderr
         return json.loads(proc.stdout)
 
@@ -172,6 +184,11 @@ class Job:
 
 SYNC_ENTRY, FULLY_ASYNC_ENTRY = "verl.trainer.main_ppo", "verl.experimental.fully_async_policy.fully_async_main"
 NODE_STATUS = "GRPO_NODE_STATUS_DIR"  # each raylet's own status directory (a job on several nodes)
+
+
+def own_records(status_dir: Path) -> list[dict[str, Any]]:
+    """The records ``status_dir`` holds of its node's own processes (not those gathered from other nodes)."""
+    return [r for r in read_records(str(status_dir))[0] if not r["namespace"].startswith(GATHERED)]
 
 
 def node_status_dirs(directory: Path, nodes: int) -> list[Path]:
@@ -305,8 +322,11 @@ class RankKiller(threading.Thread):
     SIGSTOP, a live process that stalls), while the next step runs. (Right after a weight sync would race with that
     step's save, which follows it.) WHAT: ``trainer-rank1`` (actor rank 1, a ``WorkerDict``), ``trainer-node1`` (the
     actor rank whose record is in the second node's status directory: a job on two nodes), a role (``engine-core``,
-    ``vllm-worker``: the lowest live pid of them) or ``actor:CLASS`` (a Ray actor of that class:
-    ``actor:FullyAsyncRollouter``, ``actor:MessageQueue``, ``actor:vLLMHttpServer``, ...)."""
+    ``vllm-worker``: the lowest live pid of them), ``actor:CLASS`` (a Ray actor of that class:
+    ``actor:FullyAsyncRollouter``, ``actor:MessageQueue``, ``actor:vLLMHttpServer``, ...), any of these with
+    ``-far`` (of those on a node verl's TaskRunner is not on: a job on two nodes), or ``node-far`` (that whole node
+    at once, when it is not the head: its raylet and every process it started, found by the node's own environment
+    variable ``NODE_STATUS``; ``killed`` is then its raylet's pid)."""
 
     ROLES = ("engine-core", "vllm-worker")
 
@@ -316,10 +336,10 @@ class RankKiller(threading.Thread):
         self.signal = signal.SIGKILL
         if what.startswith("stop:"):
             what, self.signal = what[len("stop:"):], signal.SIGSTOP
-        if not (what in ("trainer-rank1", "trainer-node1") or what in self.ROLES or what.startswith("actor:")) \
-                or not after.isdigit():
-            raise ValueError(f"JobSpec.kill={kill!r}: known: [stop:]WHAT@saved-<step>, WHAT one of trainer-rank1, "
-                             f"trainer-node1, {', '.join(self.ROLES)}, actor:<Ray actor class>")
+        known = ("trainer-rank1", "trainer-node1", *self.ROLES, *(f"{role}-far" for role in self.ROLES), "node-far")
+        if not (what in known or what.startswith("actor:")) or not after.isdigit():
+            raise ValueError(f"JobSpec.kill={kill!r}: known: [stop:]WHAT@saved-<step>, WHAT one of "
+                             f"{', '.join(known)}, actor:<Ray actor class>[-far]")
         self.what = what
         self.status_dirs, self.tracker, self.after = status_dirs, checkpoints / TRACKER, int(after)
         self.stop = threading.Event()
@@ -331,16 +351,27 @@ class RankKiller(threading.Thread):
         text = self.tracker.read_text().strip() if self.tracker.exists() else ""
         return int(text) if text.isdigit() else 0
 
+    def far_dirs(self) -> list[Path]:
+        """The status directories of the nodes verl's TaskRunner is not on."""
+        return [d for d in self.status_dirs
+                if not any(str(r.get("actor_class")).startswith("TaskRunner") for r in own_records(d))]
+
     def targets(self) -> list[int]:
-        if self.what == "trainer-node1":
-            live = [r for r in read_records(str(self.status_dirs[1]))[0] if alive(int(r["pid"]), r.get("proc_start"))]
-            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict")
-        records = [r for d in self.status_dirs for r in read_records(str(d))[0]]
+        what = self.what.removesuffix("-far")
+        if self.what == "node-far":  # the second node's raylet first, then every process it started
+            far = [d for d in self.far_dirs() if d != self.status_dirs[0]]
+            found = _carrying(f"{NODE_STATUS}={far[0]}") if far else []
+            return sorted(found, key=lambda pid: b"raylet" not in _cmdline(pid))
+        dirs = self.status_dirs[1:2] if what == "trainer-node1" else \
+            self.far_dirs() if self.what.endswith("-far") else self.status_dirs
+        records = [r for d in dirs for r in own_records(d)]
         live = [r for r in records if alive(int(r["pid"]), r.get("proc_start"))]
-        if self.what in self.ROLES:
-            return sorted(int(r["pid"]) for r in live if r.get("role") == self.what)
-        if self.what.startswith("actor:"):
-            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == self.what[len("actor:"):])
+        if what == "trainer-node1":
+            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict")
+        if what in self.ROLES:
+            return sorted(int(r["pid"]) for r in live if r.get("role") == what)
+        if what.startswith("actor:"):
+            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == what[len("actor:"):])
         return [int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict" and r["ranks"].get("rank") == 1]
 
     def run(self) -> None:
@@ -350,8 +381,17 @@ class RankKiller(threading.Thread):
             found = self.targets()
             if found:
                 self.killed, self.killed_at = found[0], time.monotonic()
-                os.kill(self.killed, self.signal)
+                for pid in found if self.what == "node-far" else found[:1]:
+                    with contextlib.suppress(ProcessLookupError):  # a child that died with its parent
+                        os.kill(pid, self.signal)
                 return
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _overlay_searchpath(override: str, verl: str) -> str:
@@ -396,7 +436,7 @@ def kill_job(session: int | None, marker: str, wait: float = 30.0) -> None:
             os.killpg(session, signal.SIGKILL)
     deadline = time.monotonic() + wait
     while True:
-        running = _carrying(marker)
+        running = _carrying(f"{MARK}={marker}")
         for pid in running:
             with contextlib.suppress(ProcessLookupError):  # exited meanwhile
                 os.kill(pid, signal.SIGKILL)
@@ -405,9 +445,9 @@ def kill_job(session: int | None, marker: str, wait: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def _carrying(marker: str) -> list[int]:
-    """Running (not zombie) processes whose environment holds ``MARK=marker``."""
-    needle = f"{MARK}={marker}".encode()
+def _carrying(variable: str) -> list[int]:
+    """Running (not zombie) processes whose environment holds ``variable`` (``NAME=value``)."""
+    needle = variable.encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -6,7 +6,9 @@ the rollout servers and their EngineCores wait on each other, mostly with no bou
 hybrid job. Two records run the trainer's ``fit`` (the v1 PPO trainer's in the TaskRunner, the fully-async trainer's
 in its actor: the process that waits on the rest) inside the job's watch (``runtime.records.watch``): a process of
 the job lost while it trains ends the job within seconds, naming it; so does one stopped (SIGSTOP, a tracer) for
-``STOPPED_TIMEOUT`` seconds on end, which nothing else bounds. (The driver itself cannot be patched for it:
+``STOPPED_TIMEOUT`` seconds on end, which nothing else bounds. The job's other nodes are watched the same way, each
+by a small actor the trainer hears at every look (``far_nodes``); a node that stops answering for ``NODE_TIMEOUT``
+seconds is lost. (The driver itself cannot be patched for it:
 ``python -m verl.trainer.main_ppo`` runs ``run_ppo`` as ``__main__``.) The watch reads how each process ended from its
 record (``runtime.records.process_end``): with ``VERL_ASCEND_EXT_PROCESS_END=0`` no process records its end, every
 process that exits would look lost, and the watch refuses to start (``patch_code.watching``; doctor warns).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from verl_ascend_ext.features.job_watch.targets import WATCH_FULLY_ASYNC_ID, WATCH_ID
+from verl_ascend_ext.features.job_watch.targets import WATCH_FULLY_ASYNC_ID, WATCH_ID, stuck_mode
 from verl_ascend_ext.patching import Fingerprint, Gate, PatchRecord
 from verl_ascend_ext.patching.gates import Setting, positive_seconds
 from verl_ascend_ext.runtime.findings import Finding
@@ -25,7 +27,7 @@ from verl_ascend_ext.runtime.hookspecs import hookimpl
 GATE = Gate(
     "VERL_ASCEND_EXT_JOB_WATCH",
     default=True,
-    doc="verl's trainer watches the job's processes on its host: one lost mid-job (killed, crashed, ended by a "
+    doc="verl's trainer watches the job's processes on every node: one lost mid-job (killed, crashed, ended by a "
     "signal or an error) ends the job within seconds, named, instead of leaving the rest waiting on it.",
 )
 STOPPED_TIMEOUT = Setting(
@@ -34,6 +36,34 @@ STOPPED_TIMEOUT = Setting(
     doc="Seconds a process of the job may stay stopped (SIGSTOP, SIGTSTP, a tracer) while the trainer runs; then the "
     "job watch ends the job, naming it (default 600: verl's own collective timeout; a debugger's shorter pause is "
     "left alone). A running process is never ended for being slow.",
+    parse=positive_seconds,
+    unit="s",
+)
+NODE_TIMEOUT = Setting(
+    "VERL_ASCEND_EXT_JOB_WATCH_NODE_TIMEOUT",
+    default=30.0,
+    doc="Seconds the trainer's job watch goes without an answer from another node's watch before that node counts as "
+    "lost and the job ends, naming it (default 30: nvidia-resiliency-ext's heartbeat timeout; Ray's own health "
+    "checks mark a node dead after 5 failures 3 s apart, 15-50 s, and a watch Ray reports dead is a loss at once).",
+    parse=positive_seconds,
+    unit="s",
+)
+
+STUCK = Setting(
+    "VERL_ASCEND_EXT_JOB_STUCK",
+    default="error",
+    doc="What the job watch does with a job that makes no progress (its trainer's step count unchanged) for longer "
+    "than 3x its longest step so far, and never before VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT: error (record every "
+    "process's stacks on every node, end the job: JobStuck, naming where each waited), warn (record and say it, the "
+    "job goes on) or off.",
+    parse=stuck_mode,
+)
+STUCK_TIMEOUT = Setting(
+    "VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT",
+    default=900.0,
+    doc="Seconds without a completed step before a job can be stuck, whatever its steps take (twice that before its "
+    "first step completes). Default 900: half HCCL's own 1836 s execution timeout, an eighth of the GLM-5.2 "
+    "recipe's 7200 s collective timeout, above a checkpoint save or validation of the recipes' sizes.",
     parse=positive_seconds,
     unit="s",
 )
@@ -93,7 +123,7 @@ def verl_ascend_ext_gates() -> list[Gate]:
 
 @hookimpl
 def verl_ascend_ext_settings() -> list[Setting]:
-    return [STOPPED_TIMEOUT]
+    return [STOPPED_TIMEOUT, NODE_TIMEOUT, STUCK, STUCK_TIMEOUT]
 
 
 @hookimpl

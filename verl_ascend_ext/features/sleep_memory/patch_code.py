@@ -8,7 +8,8 @@ process that runs verl's trainer and logs its metrics).
 the series and the fix. ``wake_ascend`` / ``wake_cuda`` / ``wake_cpu`` time the worker's own wake-up; the next sleep's
 entry keeps, as ``woke_s``, the seconds of the rank's wake-ups since its previous sleep (None where none was timed:
 the first sleep, which follows no wake-up, or a worker whose wake-up is not timed). ``log_with_sleep_memory`` adds
-the step's figures, read from the job's records, to what verl's ``Tracking.log`` hands every logger (console, file,
+the step's figures, read from the job's records (the other nodes' rollout workers' sleeps as their nodes' job
+watches reported them: ``records.gathered.heard``), to what verl's ``Tracking.log`` hands every logger (console, file,
 wandb, tensorboard...).
 """
 
@@ -33,7 +34,8 @@ from verl_ascend_ext.features.sleep_memory.targets import (
     WAKE_CUDA_ID,
 )
 from verl_ascend_ext.patching.status import DETAIL, acted, stood_down
-from verl_ascend_ext.runtime.records import recorder, store
+from verl_ascend_ext.runtime.records import gathered, recorder, store
+from verl_ascend_ext.runtime.records.gathered import newest_copies
 from verl_ascend_ext.runtime.records.reader import read_shared
 
 logger = logging.getLogger("verl_ascend_ext.features.sleep_memory")
@@ -166,7 +168,7 @@ def log_with_sleep_memory(original: Any, tracking: Any, *args: Any, **kwargs: An
         stood_down(METRIC_ID, "this process belongs to no job of the plugin's (VERL_ASCEND_EXT_JOB unset)")
     elif isinstance(data, dict) and data and not all(str(key).startswith("val") for key in data):
         records, _ = read_shared(store.base_dir())  # the job watch's read of this look, when one is fresh
-        figures = step_metrics(records, job)
+        figures = step_metrics(newest_copies(records + gathered.heard.records()), job)  # every node's ranks
         if figures:
             data = {**data, **figures}
             if "data" in kwargs:

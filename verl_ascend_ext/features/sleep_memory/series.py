@@ -26,6 +26,7 @@ FREED_METRIC = "rollout/memory_freed_by_sleep_gib"  # min over the ranks of what
 HOST_METRIC = "rollout/host_resident_memory_after_sleep_gib"  # the same three of the host meter's ranks (vLLM-CPU)
 HOST_GROWTH_METRIC = "rollout/host_resident_memory_after_sleep_growth_gib"
 HOST_FREED_METRIC = "rollout/host_resident_memory_freed_by_sleep_gib"
+RANKS_METRIC = "rollout/sleep_memory_ranks"  # how many rollout ranks the step's figures cover (every node's)
 WAKE_METRIC = "rollout/wake_up_s"  # max over the ranks of the seconds the wake-ups before their last sleep took
 METRICS = {DEVICE_MEMORY: (METRIC, GROWTH_METRIC, FREED_METRIC),
            HOST_MEMORY: (HOST_METRIC, HOST_GROWTH_METRIC, HOST_FREED_METRIC)}
@@ -119,7 +120,8 @@ class Series:
 
 def step_metrics(records: Iterable[Mapping[str, Any]], job: str) -> dict[str, float]:
     """The step's metrics from the ``sleeps`` of the job's records (every rank that slept; none: empty): ``METRIC``
-    and the rest of device meters, ``HOST_METRIC`` and the rest of host meters; ``WAKE_METRIC`` of every meter (time,
+    and the rest of device meters, ``HOST_METRIC`` and the rest of host meters; ``RANKS_METRIC``: how many ranks they
+    cover; ``WAKE_METRIC`` of every meter (time,
     not memory): the slowest rank's wake-ups before its last sleep (ranks whose last sleep has no ``woke_s`` left
     out; none: absent)."""
     ranks: dict[str, list[Sequence[Mapping[str, Any]]]] = {DEVICE_MEMORY: [], HOST_MEMORY: []}
@@ -134,6 +136,8 @@ def step_metrics(records: Iterable[Mapping[str, Any]], job: str) -> dict[str, fl
             out[last] = max(s[-1]["in_use"] / GiB for s in kept)
             out[growth] = max((s[-1]["in_use"] - s[0]["in_use"]) / GiB for s in kept)
             out[freed] = min(s[-1]["freed"] / GiB for s in kept)
+    if any(ranks.values()):
+        out[RANKS_METRIC] = float(sum(len(kept) for kept in ranks.values()))
     woke = [s[-1].get("woke_s") for kept in ranks.values() for s in kept]
     timed = [float(w) for w in woke if w is not None]
     if timed:

@@ -59,8 +59,9 @@ def is_idle_pool_worker(rec: dict[str, Any]) -> bool:
 
 
 def does_job_work(rec: dict[str, Any]) -> bool:
-    """A process that does the job's work (a Ray actor, a vLLM process): its loss mid-job fails the job."""
-    return rec.get("role") in WORKING_ROLES and not is_idle_pool_worker(rec)
+    """A process that does the job's work (a Ray actor, a vLLM process; one known only from a notice of its loss):
+    its loss mid-job fails the job."""
+    return (rec.get("role") in WORKING_ROLES and not is_idle_pool_worker(rec)) or bool(rec.get("noticed_only"))
 
 
 def identity_of(rec: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -76,6 +77,15 @@ def deaths_seen(records: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dic
             if key not in out or (notice.get("at") or 0.0) < (out[key].get("at") or 0.0):
                 out[key] = notice
     return out
+
+
+def noticed_only(records: list[dict[str, Any]], seen: dict[tuple[Any, Any, Any], dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """A record for each death noticed of a process that left no record here (another node's process whose record
+    was not gathered, a lost node): what the notice says of it, its liveness unknown."""
+    have = {identity_of(rec) for rec in records}
+    return [{"host": n.get("host"), "pid": n.get("pid"), "proc_start": n.get("proc_start"), "role": n.get("role"),
+             "alive": None, "noticed_only": True} for key, n in seen.items() if key not in have]
 
 
 def causal_key(at: float | None, rec: dict[str, Any], records: list[dict[str, Any]], died: bool) -> tuple:
@@ -192,6 +202,26 @@ def lost_mid_job(records: list[dict[str, Any]], driver: dict[str, Any],
             if ev["kind"] != "raised" and ev["at"] is not None and ev["at"] < until]
 
 
+def lost_while_running(records: list[dict[str, Any]], driver: dict[str, Any],
+                       seen: dict[tuple[Any, Any, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes doing the job's work that failed while the job runs (its driver alive), as its watch would find
+    them: dead without a word, ended by a signal, an exception or an error exit, or stopped too long; none after the
+    job's teardown began (its trainer's ``fit`` ended)."""
+    teardowns = [r["teardown"] for r in records if r.get("teardown") is not None]
+    until = min(teardowns) if teardowns else None
+    out = []
+    for rec in records:
+        if rec is driver or not does_job_work(rec):
+            continue
+        failure = how_failed(rec, rec.get("alive"), seen.get(identity_of(rec)))
+        if failure is None or (until is not None and failure.at is not None and failure.at >= until):
+            continue
+        if until is not None and failure.at is None and (rec.get("updated") or 0.0) >= until:
+            continue  # a silent death whose last record follows the teardown's start: the teardown's
+        out.append(rec)
+    return out
+
+
 ALL_JOBS = "*"
 
 
@@ -223,22 +253,28 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The job's outcome from every record of its status directory (see the module's docstring)."""
     driver = newest_driver(records)
     seen = deaths_seen(records)
+    records = records + noticed_only(records, seen)
     events = sorted(((ev, rec) for rec in records for ev in failure_events(rec, seen.get(identity_of(rec)))),
                     key=lambda pair: causal_key(pair[0]["at"], pair[1], records, pair[0]["kind"] == DIED))
     mid_job = lost_mid_job(records, driver, seen) if driver is not None and not driver.get("alive") else []
+    lost_now: list[dict[str, Any]] = []
     if driver is None:
         state = FAILED if events else UNKNOWN
     elif driver.get("alive"):
         state = RUNNING
+        lost_now = lost_while_running(records, driver, seen)
     elif how_failed(driver, driver.get("alive")) is not None or mid_job:
         state = FAILED
     else:
         state = ENDED_WELL if driver.get("ended") else UNKNOWN
+    verdicts = [{**rec["stuck"], "by": _who(rec)} for rec in records if rec.get("stuck")]
     out: dict[str, Any] = {"state": state, "driver": None if driver is None else _who(driver),
+                           "stuck": max(verdicts, key=lambda v: v.get("at") or 0.0) if verdicts else None,
                            "first_failure": None, "root_cause": None, "named": [], "rest": {},
-                           "lost_mid_job": [_who(rec, seen.get(identity_of(rec))) for _, rec in mid_job]}
-    if state not in (FAILED, RUNNING) or (state == RUNNING and not events):
-        return out
+                           "lost_mid_job": [_who(rec, seen.get(identity_of(rec)))
+                                            for rec in [*(rec for _, rec in mid_job), *lost_now]]}
+    if state not in (FAILED, RUNNING) or (state == RUNNING and not events and not lost_now):
+        return out  # (a running job found stuck: its verdict says it)
     driver_chain = [e for ev in (failure_events(driver) if driver else []) for e in ev["chain"]]
     died = _died_first([r for r in records if identity_of(r) not in seen], driver_chain)
     if died is not None and events and events[0][0]["kind"] == DIED:
@@ -253,7 +289,8 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     elif events:
         event, first = events[0]
         innermost = event["chain"][-1] if event["chain"] else {}
-        stop = event["kind"] == DIED and stopped_too_long(event)
+        # a stop too long, a node lost: the notice says how; a death without a word is said as such
+        stop = event["kind"] == DIED and (stopped_too_long(event) or event.get("how") not in (None, NO_WORD))
         how = {"raised": f"raised {innermost.get('type')} ({event.get('by')})", SIGNAL: str(event.get("signal")),
                EXCEPTION: f"exception {innermost.get('type')}",
                DIED: f"{event.get('how')}, seen by {event.get('by')}" if stop
@@ -261,8 +298,9 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         out["first_failure"] = {**_who(first, seen.get(identity_of(first))), "how": how, "at": event["at"],
                                 "where": innermost.get("where"), "chain": event["chain"]}
         if stop:
+            since = "first seen stopped" if stopped_too_long(event) else "dated"
             out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) "
-                                 f"{event.get('how')}; first seen stopped {format_time(event['at'])}")
+                                 f"{event.get('how')}; {since} {format_time(event['at'])}")
         elif event["kind"] == DIED:
             out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) {NO_WORD} "
                                  f"(SIGKILL, the OOM killer, a native crash); its last record "
@@ -270,6 +308,12 @@ def outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             out["root_cause"] = f"{innermost.get('type')}: {innermost.get('message')}" if innermost else how
         cause_entry = innermost
+    elif lost_now:  # running, a process lost that nobody saw die: the one whose last record is the oldest
+        first = min(lost_now, key=lambda rec: rec.get("updated") or 0.0)
+        cause_entry = {}
+        out["first_failure"] = {**_who(first), "how": NO_WORD, "at": None}
+        out["root_cause"] = (f"{label(first)} (host {first.get('host')}, pid {first.get('pid')}) {NO_WORD} while the "
+                             f"job runs; last record {format_time(first.get('updated'))}")
     elif driver is not None and silent(driver):
         first, cause_entry = driver, {}
         out["first_failure"] = {**_who(driver), "how": NO_WORD, "at": None}
@@ -296,7 +340,20 @@ def format_outcome(result: dict[str, Any]) -> list[str]:
         return [f"Job: ended well (driver pid {driver['pid']} on {driver['host']}: {driver['ended']})", ""]
     if state == UNKNOWN:
         return ["Job: outcome unknown (no driver record, or the driver's end was not recorded)", ""]
-    out = ["Job: FAILED" if state == FAILED else "Job: running; failures recorded so far"]
+    lost = result.get("lost_mid_job") or []
+    out = ["Job: FAILED" + (" (STUCK)" if result.get("stuck") else "") if state == FAILED else
+           f"Job: running, {len(lost)} process(es) of it LOST (exit 1): the job may wait for ever on them" if lost else
+           "Job: running, found STUCK (exit 1)" if result.get("stuck") else
+           "Job: running; failures recorded so far"]
+    stuck = result.get("stuck")
+    if stuck:
+        out.append(f"  STUCK: no progress for {stuck['idle_s']:.0f} s (bound {stuck['bound_s']:.0f} s; step count "
+                   f"{stuck['steps']}), seen {format_time(stuck['at'])} by {stuck['by']['role']} (pid "
+                   f"{stuck['by']['pid']}); the trainer waited in {stuck['phase']}")
+        out += [f"    {len(g['processes'])} process(es) waited in {g['where']}: " + "; ".join(g["processes"])
+                for g in stuck["groups"]]
+        if stuck.get("apart"):
+            out.append("    apart from the rest: " + "; ".join(stuck["apart"]))
     first = result.get("first_failure")
     if first:
         at = "" if first.get("at") is None else f" at {format_time(first['at'])}"
@@ -308,8 +365,9 @@ def format_outcome(result: dict[str, Any]) -> list[str]:
             out.append(f"  named there: {who['role']} (host {who['host']}, pid {who['pid']}): {who['ended']}")
     if driver and state == FAILED:
         out.append(f"  driver (host {driver['host']}, pid {driver['pid']}): {driver['ended']}")
-    if result.get("lost_mid_job"):
-        out.append("  lost before the driver's teardown (the job FAILED even if the driver exited 0): "
+    if lost:
+        out.append(("  lost while it runs: " if state == RUNNING else
+                    "  lost before the driver's teardown (the job FAILED even if the driver exited 0): ")
                    + "; ".join(f"{w['role']} (host {w['host']}, pid {w['pid']}): {w['ended']}"
                                for w in result["lost_mid_job"]))
     if result.get("rest"):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from verl_ascend_ext.runtime.records import identity, store
+from verl_ascend_ext.runtime.records.gathered import newest_copies
 from verl_ascend_ext.runtime.records.schema import (
     LOCAL_NAMESPACE,
     OLDER,
@@ -148,8 +149,10 @@ def _schema_notes(base: str, schemas: Counter[Any]) -> list[str]:
 
 def collect(base: str, namespaces: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Records of ``base`` with ``alive`` set in memory (this host's processes; None for another host's) and a
-    live Ray worker's current actor, and the notes. Reads only."""
+    live Ray worker's current actor, and the notes; a process recorded twice (its own record and a copy gathered from
+its node, ``gathered``) counts once, by its newest copy. Reads only."""
     records, notes = read_records(base, namespaces)
+    records = newest_copies(records)
     host = socket.gethostname()
     for rec in records:
         if rec.get("host") != host:

@@ -9,7 +9,8 @@ stand-down on a path: the hot path) are only counted in memory (``patching.statu
 most once every ``FLUSH_EVERY`` seconds, in a daemon thread started at the first count (``counted``), and at any
 write above, which writes everything (the end of a process writes every count; so does ``flush`` and, for a process
 whose end is not observed, the interpreter's exit). A process killed outright (SIGKILL) loses at most the last
-``FLUSH_EVERY`` seconds of counts (``LAG_NOTE``). What a record holds is ``schema``'s.
+``FLUSH_EVERY`` seconds of counts (``LAG_NOTE``). What a record holds is ``schema``'s. Once its record is written,
+the process writes its threads' stacks next to it when asked (``stacks.arm``).
 
 A write interrupted by a signal whose handler writes the end (``process_end``, on the same thread, re-entering the
 lock) cannot lose that end: each write has its own temporary file, and the interrupted write, once it resumes,
@@ -37,7 +38,7 @@ from typing import Any
 
 from verl_ascend_ext.patching.status import acts_of, on_count, stood_down_on, was_exercised
 from verl_ascend_ext.patching.status import lock as status_lock
-from verl_ascend_ext.runtime.records import actor_watch, identity, store
+from verl_ascend_ext.runtime.records import actor_watch, identity, stacks, store
 from verl_ascend_ext.runtime.records.schema import (
     ACTS,
     DRIVER,
@@ -94,6 +95,7 @@ class Recorder:
         self.newest: tuple[int, bytes] = (0, b"")  # the newest record built, numbered: a nested write's is newer
         self.seen_dead: list[dict[str, Any]] = []
         self.teardown: float | None = None
+        self.stuck: dict[str, Any] | None = None
         self.sleeps: list[dict[str, Any]] = []
 
     def record(self) -> dict[str, Any]:
@@ -121,7 +123,7 @@ class Recorder:
                       **identity.imported_versions()},
             gates=self.gates, disable=self.disable, plugin_env={k: os.environ.get(k) for k in PLUGIN_ENV},
             patches=patches, errors=list(self.errors), ended=self.ended, job=os.environ.get(JOB_ENV) or None,
-            seen_dead=list(self.seen_dead), teardown=self.teardown, sleeps=list(self.sleeps))
+            seen_dead=list(self.seen_dead), teardown=self.teardown, sleeps=list(self.sleeps), stuck=self.stuck)
 
     def write(self) -> None:
         """Write the record now, with every count (this process's own record only: not one inherited by ``fork``).
@@ -259,6 +261,8 @@ def start(source: str, gates: Mapping[str, bool], disable: str, statuses: Callab
         os.environ[JOB_ENV] = _recorder.name  # a new job: every process it starts, every Ray worker, carries it
     on_count(_recorder.counted)
     _recorder.write()
+    if not _recorder.failed:
+        stacks.arm(os.path.join(_recorder.base, _recorder.namespace, _recorder.name))
     if _recorder.session is not None and identity.ray_actor(identity.process_title()) is None:
         actor_watch.watch_for_actor(changed)
 
@@ -332,6 +336,17 @@ def slept(entry: Mapping[str, Any]) -> None:
     with _recorder.lock:
         kept = [*_recorder.sleeps, dict(entry)]
         _recorder.sleeps = kept if len(kept) <= MAX_SLEEPS else [kept[0], *kept[-(MAX_SLEEPS - 1):]]
+    _recorder.write()
+
+
+def stuck(verdict: Mapping[str, Any]) -> None:
+    """This process (the trainer's) found the job stuck (``schema.STUCK_FIELDS``): written now, so that ``status``
+    shows where every process waited, whatever happens next."""
+    if not has_own_recorder():
+        return
+    assert _recorder is not None
+    with _recorder.lock:
+        _recorder.stuck = dict(verdict)
     _recorder.write()
 
 

@@ -228,5 +228,6 @@ def aggregate(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
         "driver": None if driver is None else {"host": driver.get("host"), "pid": driver.get("pid")},
         "active": len(live), "dead": len(records) - len(live),
         "notes": list(notes or []), "problems": problems,
-        "exit_code": 1 if problems or job["state"] == FAILED else 0,
+        "exit_code": 1 if problems or job["state"] == FAILED or job["lost_mid_job"]
+        or (job["stuck"] and job["state"] == "running") else 0,
     }

@@ -27,8 +27,8 @@ from typing import Any
 
 from verl_ascend_ext.patching.outcomes import Observed
 
-SCHEMA = 5
-OLDER = (1, 2, 3, 4)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
+SCHEMA = 6
+OLDER = (1, 2, 3, 4, 5)  # the schemas ``upgrade`` reads (the fields they lack take their defaults)
 
 # Roles (``role``); a Ray actor's class is kept beside it (``actor_class``).
 DRIVER, RAY_WORKER, VLLM_FRONTEND, ENGINE_CORE, VLLM_WORKER, OTHER = (
@@ -73,7 +73,12 @@ FIELDS: dict[str, Any] = {
     "seen_dead": list,  # NOTICE_FIELDS: deaths of other processes this one noticed
     "teardown": None,  # the trainer's process: when its fit ended (the job's teardown began), or None
     "sleeps": list,  # SLEEP_FIELDS: a rollout worker's memory after each of its sleeps (the first, then the newest)
+    "stuck": None,  # STUCK_FIELDS: the trainer's process found the job stuck (absent before schema 6), or None
 }
+# ``at``: when; ``idle_s`` / ``bound_s``: seconds without progress and the bound; ``steps``: the trainer's count;
+# ``phase``: where the trainer waited; ``groups``: the job's processes by where they waited (``records.stacks.group``);
+# ``apart``: the processes the rest wait on (``features.job_watch.stuck.apart``), each ``label: where``; ``mode``
+STUCK_FIELDS = ("at", "idle_s", "bound_s", "steps", "phase", "groups", "apart", "mode")
 PATCH_FIELDS: dict[str, Any] = {
     "status": "pending", "detail": "", "where": "", "target": "", "imported": False, "observed": EAGER,
     "exercised": None,  # eager / acts: whether it ran (acted) in this process; None where that cannot be seen
@@ -97,7 +102,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "started": (int, float), "updated": (int, float), "role": (str,), "actor_class": (str, type(None)),
     "ranks": (dict,), "actor_id": (str, type(None)), "loaded_by": (list,), "namespace": (str,), "gates": (dict,),
     "patches": (dict,), "errors": (list,), "ended": (dict, type(None)), "job": (str, type(None)),
-    "seen_dead": (list,), "teardown": (int, float, type(None)), "sleeps": (list,),
+    "seen_dead": (list,), "teardown": (int, float, type(None)), "sleeps": (list,), "stuck": (dict, type(None)),
 }
 # Fields a reader adds to what it read (never written by a process).
 READ_FIELDS = ("file", "alive")

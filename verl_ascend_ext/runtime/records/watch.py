@@ -34,7 +34,8 @@ so it dates the silent deaths of its descendants. The end of a process that is n
 Which processes: the records that carry the job's id (``schema.JOB_ENV``, set by the driver at boot and carried to
 every process it starts and every Ray worker), on this host, of the roles that do the job's work (Ray actors, vLLM
 frontends, EngineCores, vLLM workers: ``outcome.does_job_work``); an idle pool worker of Ray, which never got an
-actor, is Ray's to end. Only the standard library is imported.
+actor, is Ray's to end. The other nodes of the job: a watch like this one on each, heard at every look (``far``:
+``features.job_watch.far_nodes``). Only the standard library is imported.
 """
 
 from __future__ import annotations
@@ -118,13 +119,21 @@ class JobWatch:
     the watch's thread, with every loss found in the look that found the first, unless ``stop`` came first (the
     job's teardown began: its deaths are no losses). ``now``: the clock of the looks and of the notices' times;
     ``started``: when the watch began (default: now), the end of the past; ``owners``: Ray's owner links, actor id ->
-    owner's actor id (default: Ray's actor table, read only when a look needs it, ``OWNERS_TIMEOUT``)."""
+    owner's actor id (default: Ray's actor table, read only when a look needs it, ``OWNERS_TIMEOUT``); ``far``: what
+    the watches of the job's other nodes found, asked at each look (None: this host only); ``each_look``: called with
+    the time after each look that found no loss (the stuck check)."""
 
     def __init__(self, job: str, base: str, on_loss: Callable[[list[Loss]], None], by: str,
                  interval: float = INTERVAL, stopped_limit: float | None = None,
                  now: Callable[[], float] = time.time, started: float | None = None,
-                 owners: Callable[[], Mapping[str, str]] | None = None) -> None:
+                 owners: Callable[[], Mapping[str, str]] | None = None,
+                 far: Callable[[], list[Loss]] | None = None,
+                 each_look: Callable[[float], None] | None = None, keep_looking: bool = False) -> None:
         self.job, self.base, self.on_loss, self.by, self.interval = job, base, on_loss, by, interval
+        self.far = far  # the losses the watches of the job's other nodes found (``features.job_watch.far_nodes``)
+        self.each_look = each_look  # called after each look that found no loss, with its time (the stuck check)
+        self.keep_looking = keep_looking  # after a loss: look on (a node's watch), on_loss getting each look's all
+        self.first_seen: dict[tuple[Any, Any, Any], float] = {}  # a silent death -> when a look first found it
         self.stopped_limit = stopped_limit  # None: a stopped process is never lost
         self.stopped_since: dict[tuple[Any, Any], float] = {}  # (pid, start) -> when first seen stopped
         self.now = now
@@ -135,7 +144,8 @@ class JobWatch:
         self.thread: threading.Thread | None = None
 
     def look(self) -> list[Loss]:
-        """One look: the job's processes lost so far (each noticed once), first lost first."""
+        """One look: the job's processes lost so far, first lost first (a silent death dated by the look that first
+        found it, or the closer bound its kin's end gives: ``date_silent_deaths``)."""
         records, _ = read_shared(self.base, max_age=self.interval)
         now = self.now()
         losses = []
@@ -145,12 +155,17 @@ class JobWatch:
             failure = self._failure(rec, now)
             if failure is None:
                 continue
-            at = now if failure.at is None else float(failure.at)
+            key = (rec.get("host"), rec.get("pid"), rec.get("proc_start"))
+            at = self.first_seen.setdefault(key, now) if failure.at is None else float(failure.at)
             notice = {"host": rec.get("host"), "pid": rec.get("pid"), "proc_start": rec.get("proc_start"),
                       "role": label(rec), "at": at, "how": loss_words(failure), "by": self.by}
             losses.append(Loss(rec, notice, failure))
         job = [rec for rec in records if rec.get("job") == self.job]
         date_silent_deaths(losses, job, now, self.owners)
+        if self.far is not None:
+            here = {(loss.notice["host"], loss.notice["pid"], loss.notice["proc_start"]) for loss in losses}
+            losses += [loss for loss in self.far()
+                       if (loss.notice["host"], loss.notice["pid"], loss.notice["proc_start"]) not in here]
         return sorted(losses, key=lambda loss: causal_key(loss.notice["at"], loss.record, job,
                                                           loss.failure.kind == NO_WORD))
 
@@ -196,4 +211,8 @@ class JobWatch:
                 return
             if losses:
                 self.on_loss(losses)
-                return
+                if not self.keep_looking:
+                    return
+                continue
+            if self.each_look is not None:
+                self.each_look(self.now())

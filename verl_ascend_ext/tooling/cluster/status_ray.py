@@ -11,9 +11,11 @@ actor of the job that left no record (``without_record``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -24,9 +26,9 @@ def node_records(directory: str | None) -> dict[str, Any]:
     from verl_ascend_ext.runtime.records.identity import ray_session
     from verl_ascend_ext.runtime.records.reader import collect
     from verl_ascend_ext.runtime.records.schema import LOCAL_NAMESPACE
-    from verl_ascend_ext.runtime.records.store import base_dir
+    from verl_ascend_ext.runtime.records.store import DIR_ENV, base_dir
 
-    base = directory or base_dir()
+    base = base_dir({**os.environ, DIR_ENV: directory}) if directory else base_dir()  # ${NAME}: this node's
     namespaces = [LOCAL_NAMESPACE]
     session = ray_session(sys.argv)
     if session is not None:
@@ -35,10 +37,33 @@ def node_records(directory: str | None) -> dict[str, Any]:
     return {"hostname": platform.node(), "base": base, "namespaces": namespaces, "records": records, "notes": notes}
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """This process's standard output (file descriptor 1, which Ray's own threads print to: "node ... has been
+    marked dead") goes to standard error while the block runs: ``--json`` prints JSON only."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def collect_cluster(address: str | None, timeout: float, directory: str | None
                     ) -> tuple[list[list[dict[str, Any]]], list[str], list[str], str | None, list[dict[str, Any]]]:
     """(record batches per node, notes, node problems, error, the cluster's actors): error is set when the cluster is
-    unreachable; the actors are Ray's table of every actor it knows (``actor_table``)."""
+    unreachable or no node holds a record (naming where each looked); the actors are Ray's table of every actor it
+    knows (``actor_table``). Ray's output while connected goes to standard error (``stdout_to_stderr``)."""
+    with stdout_to_stderr():
+        return _collect_cluster(address, timeout, directory)
+
+
+def _collect_cluster(address: str | None, timeout: float, directory: str | None
+                     ) -> tuple[list[list[dict[str, Any]]], list[str], list[str], str | None, list[dict[str, Any]]]:
     from verl_ascend_ext.features.device.node_ask import alive_nodes, ask_each
     from verl_ascend_ext.tooling.cluster.doctor_ray import ClusterError, _connect, _watchdog
 
@@ -61,7 +86,7 @@ def collect_cluster(address: str | None, timeout: float, directory: str | None
         return [], [], [], str(err), []
     finally:
         timer.cancel()
-    batches, notes, problems = [], [] if unread is None else [unread], []
+    batches, notes, problems, looked = [], [] if unread is None else [unread], [], []
     for node, answer in zip(nodes, answers, strict=True):
         label = f"node {node['NodeID'][:8]} ({node.get('NodeManagerAddress', '')})"
         if "error" in answer:
@@ -69,6 +94,11 @@ def collect_cluster(address: str | None, timeout: float, directory: str | None
             continue
         batches.append(answer["records"])
         notes += [f"{label}: {n}" for n in answer["notes"]]
+        looked.append(f"{label}: {answer['base']}")
+    if looked and not any(batches):
+        return [], notes, problems, (f"no process record on any of the {len(looked)} node(s) that answered; looked in "
+                                     f"{'; '.join(looked)}. Fix: pass the job's VERL_ASCEND_EXT_STATUS_DIR as --dir "
+                                     "(a ${NAME} in it, quoted, is expanded on each node), or leave it out"), actors
     return batches, notes, problems, None, actors
 
 
@@ -101,3 +131,29 @@ def describe(actor: dict[str, Any]) -> str:
             f"node {actor['node_id'][:8]} at {actor['ip']}, {actor['state'].lower()}): ran without the plugin (no "
             "record: its node lacks verl-ascend-ext, or its environment leaves it out; `verl-ascend doctor --ray` "
             "names the node)")
+
+
+def ask_nodes(address: str | None, timeout: float, task: Any, args: tuple[Any, ...]
+              ) -> tuple[list[dict[str, Any]], list[str], str | None]:
+    """``task(*args)`` on every alive node of the cluster (``verl-ascend stacks --ray``): the answers, where each
+    node looked (its answer's ``base``; a node that did not answer, why) and an error when the cluster is
+    unreachable. Ray's output goes to standard error while connected."""
+    from verl_ascend_ext.features.device.node_ask import alive_nodes, ask_each
+    from verl_ascend_ext.tooling.cluster.doctor_ray import ClusterError, _connect, _watchdog
+
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    with stdout_to_stderr():
+        timer = _watchdog(timeout, target, "stacks --ray")
+        try:
+            ray = _connect(target)
+            try:
+                nodes = alive_nodes(ray)
+                answers = ask_each(ray, nodes, task, args, time.monotonic() + timeout)
+            finally:
+                ray.shutdown()
+        except ClusterError as err:
+            return [], [], str(err)
+        finally:
+            timer.cancel()
+    looked = [f"node {n['NodeID'][:8]}: {a.get('base', a.get('error'))}" for n, a in zip(nodes, answers, strict=True)]
+    return [a for a in answers if "answers" in a], looked, None

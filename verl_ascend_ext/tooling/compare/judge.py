@@ -32,10 +32,13 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from verl_ascend_ext.features.sleep_memory.series import RANKS_METRIC
 from verl_ascend_ext.tooling.compare.rules import Rule
 from verl_ascend_ext.tooling.compare.runs import NULL, Run
 
 OK, MOVED, NOISE, FAIL, NOT_LOGGED, MISSING = "ok", "moved", "noise", "FAIL", "not logged", "missing"
+NOT_COMPARABLE = "not comparable"  # the runs' figures are of different things (e.g. of different sets of ranks)
+OF_RANKS = ("rollout/memory_in_use_after_sleep", "rollout/host_resident_memory_after_sleep", "rollout/wake_up_s")
 MIN_DIFFERENCES = 2  # second differences the noise needs at all (four consecutive steps)
 FEW_DIFFERENCES = 8  # fewer than this (a window under ten consecutive steps): the note calls the noise rough
 SIGMAS = 3.0
@@ -148,6 +151,10 @@ def judge(rule: Rule, baseline: Run, run: Run, allow_missing: bool = False) -> V
     series_b, series_r = baseline.metric(rule.metric), run.metric(rule.metric)
     if not series_b and not series_r and rule.default:
         return Verdict(rule, NOT_LOGGED, note="neither run logged it")
+    if rule.metric.startswith(OF_RANKS):
+        other = _other_ranks(baseline, run)
+        if other:
+            return Verdict(rule, NOT_COMPARABLE, note=other)
     window_b, window_r = rule.values(series_b), rule.values(series_r)
     counts = (len(window_b), len(window_r))
     sample_b, sample_r = _noise_sample(rule, series_b, window_b), _noise_sample(rule, series_r, window_r)
@@ -173,6 +180,19 @@ def judge(rule: Rule, baseline: Run, run: Run, allow_missing: bool = False) -> V
             notes.insert(0, _nothing_shared(rule, baseline, run, counts))
         return Verdict(rule, MISSING, steps=counts, note="; ".join(notes))
     return _judged(rule, window_b, window_r, noise_of(sample_b), noise_of(sample_r), counts, notes)
+
+
+def _other_ranks(baseline: Run, run: Run) -> str | None:
+    """Why two runs' sleep-memory figures cannot be compared (a worst rank of different sets of ranks), or None."""
+    ranks_b, ranks_r = baseline.metric(RANKS_METRIC), run.metric(RANKS_METRIC)
+    if not ranks_b or not ranks_r:
+        return None
+    last_b, last_r = ranks_b[max(ranks_b)], ranks_r[max(ranks_r)]
+    if last_b == last_r:
+        return None
+    return (f"cannot compare: the baseline's figure is the worst of {last_b:g} rollout rank(s), the run's of "
+            f"{last_r:g} ({RANKS_METRIC}); compare runs of the same layout (an older verl-ascend-ext read one node's "
+            "ranks only)")
 
 
 def _nothing_shared(rule: Rule, baseline: Run, run: Run, counts: tuple[int, int]) -> str:

@@ -1,0 +1,177 @@
+"""The job watch on every node: verl's real ``run_ppo`` on a real 3-node loopback Ray cluster whose nodes each record
+in a status directory of their own (``${NODE_STATUS}``, expanded on each node from its raylet's environment, as on
+separate machines), the stand-in TaskRunner of ``scenarios/ray_gates.py`` waiting inside the job watch as verl's
+trainer's ``fit`` does.
+
+- ``verl-ascend stacks --ray`` shows where the job's processes on every node wait (the TaskRunner in its wait);
+- a worker on a node the TaskRunner is not on is SIGKILLed: the trainer's own host's records cannot show it; the
+  watch of that node finds it, the job ends within seconds (exit 1) naming it, and `verl-ascend status --dir` on
+  the trainer's host alone names it first (that node's records gathered there, the death noticed);
+- the watch of another node is SIGSTOPped (what a node cut off looks like to the trainer: no answer): after the
+  node bound (5 s here) the job ends naming that node as lost, and `status` names the node first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from raycluster import NODES_TIMEOUT, driver_env, loopback_cluster
+from repo import REPO
+from subprocesses import run_command
+from test_ray_status import wait_for
+
+from verl_ascend_ext.runtime.records.reader import read_records
+
+pytestmark = pytest.mark.long_module  # a 3-node Ray cluster and two held jobs (~60 s)
+SCENARIO = str(REPO / "tests" / "scenarios" / "ray_gates.py")
+CLI = str(Path(sys.executable).with_name("verl-ascend"))
+NODE_STATUS = "NODE_STATUS"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """Three nodes, each with its own status directory (node 0: the head)."""
+    root = tmp_path_factory.mktemp("far-watch")
+    dirs = [root / f"node{i}" for i in range(3)]
+    with loopback_cluster({NODE_STATUS: str(dirs[0])}) as c:
+        for d in dirs[1:]:
+            c.add_node(num_cpus=1, env_vars={NODE_STATUS: str(d)})
+        c.wait_for_nodes(NODES_TIMEOUT)
+        yield c, dirs
+
+
+def held_job(c, dirs: list[Path], tmp_path: Path, **env: str) -> tuple[subprocess.Popen, dict, Path, object]:
+    """The held job started (its workers on every node, the victim on a node the runner is not on): the driver, what
+    ready.json says, the hold directory and the driver's log file."""
+    for d in dirs:  # each job its own records
+        for found in sorted(d.rglob("*"), reverse=True):
+            found.unlink() if found.is_file() else found.rmdir()
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    denv = driver_env(VERL_ASCEND_EXT_STATUS_DIR=f"${{{NODE_STATUS}}}", RAY_GATES_HOLD_DIR=str(hold),
+                      RAY_GATES_VICTIM="far", **{NODE_STATUS: str(dirs[0])}, **env)
+    log = (tmp_path / "driver.log").open("w+")
+    driver = subprocess.Popen([sys.executable, SCENARIO, c.address, "hold"], env=denv, stdout=log, stderr=log,
+                              text=True)
+    wait_for(hold / "ready.json", driver, *dirs, tmp_path / "driver.log")
+    return driver, json.loads((hold / "ready.json").read_text()), hold, log
+
+
+def node_dir(dirs: list[Path], pid: int) -> Path:
+    """The status directory holding ``pid``'s record."""
+    (found,) = [d for d in dirs if any(r["pid"] == pid for r in read_records(str(d))[0])]
+    return found
+
+
+def status_of(status_dir: Path) -> dict:
+    proc = run_command([CLI, "status", "--dir", status_dir, "--json"], driver_env(), check=False, cwd=REPO)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def end(driver: subprocess.Popen, hold: Path, log) -> None:
+    (hold / "go").write_text("")
+    driver.wait(timeout=240)
+    log.close()
+
+
+def test_a_worker_lost_on_another_node_ends_the_job_named_and_status_on_the_trainers_host_names_it(
+        cluster, tmp_path: Path) -> None:
+    c, dirs = cluster
+    driver, info, hold, log = held_job(c, dirs, tmp_path)
+    try:
+        victim, runner = info["victim"], info["runner"]
+        assert victim["node_id"] != runner["node_id"]
+        runner_dir, victim_dir = node_dir(dirs, runner["pid"]), node_dir(dirs, victim["pid"])
+        assert runner_dir != victim_dir  # the trainer's host's records cannot show the victim
+        time.sleep(3)  # the node watches answer
+        # where every process of the job waits, asked on every node (each asks its own, by signal)
+        asked = run_command([CLI, "stacks", "--ray", "--address", c.address, "--dir", f"${{{NODE_STATUS}}}", "--json"],
+                            driver_env(), check=False, timeout=180, cwd=REPO)
+        killed = time.monotonic()
+        os.kill(victim["pid"], signal.SIGKILL)
+        returncode = driver.wait(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        end(driver, hold, log)
+    text = (tmp_path / "driver.log").read_text()
+    assert returncode == 1 and took < 30, (returncode, took, text[-4000:])
+    lost = (f"JobProcessLost: a process of this job was lost while it trained: ray-worker Holder (host "
+            f"{victim['host']}, pid {victim['pid']}) ended without a word")
+    assert lost in text and f"noticed by the job watch of node {victim['node_id'][:8]}" in text, text[-4000:]
+    assert asked.returncode in (0, 1), asked.stdout + asked.stderr
+    shown = json.loads(asked.stdout)
+    answered = {p["pid"]: p for p in shown["processes"] if "threads" in p}
+    assert {runner["pid"], victim["pid"]} <= set(answered), shown["groups"]  # both nodes' processes answered
+    runner_waits = [f["func"] for f in answered[runner["pid"]]["threads"][-1]["frames"]]
+    assert "run" in runner_waits, runner_waits  # the stand-in TaskRunner's run, in its wait for `go`
+    report = status_of(runner_dir)  # the trainer's host only, its cluster still up or not: the same files
+    first = report["outcome"]["first_failure"]
+    assert report["outcome"]["state"] == "failed" and first["pid"] == victim["pid"], report["outcome"]
+    assert first["how"].startswith("ended without a word, seen dead by the job watch of node"), first
+    gathered = [p for p in report["processes"] if p["pid"] == victim["pid"]]
+    assert gathered and gathered[0]["alive"] is False, gathered  # the gathered copy of the victim's record
+
+
+def test_a_node_whose_watch_stops_answering_is_lost_and_named(cluster, tmp_path: Path) -> None:
+    c, dirs = cluster
+    driver, info, hold, log = held_job(c, dirs, tmp_path, VERL_ASCEND_EXT_JOB_WATCH_NODE_TIMEOUT="5")
+    stopped = None
+    try:
+        runner_dir = node_dir(dirs, info["runner"]["pid"])
+        deadline = time.monotonic() + 120
+        while stopped is None and time.monotonic() < deadline:  # a far node's watch, once it answers
+            watches = [r for d in dirs if d != runner_dir for r in read_records(str(d))[0]
+                       if r.get("actor_class") == "NodeWatch"]
+            stopped = watches[0] if watches else None
+            time.sleep(0.5)
+        assert stopped is not None, "no NodeWatch actor recorded on another node"
+        time.sleep(3)
+        os.kill(stopped["pid"], signal.SIGSTOP)
+        halted = time.monotonic()
+        returncode = driver.wait(timeout=120)
+        took = time.monotonic() - halted
+    finally:
+        if stopped is not None:
+            os.kill(stopped["pid"], signal.SIGCONT)
+        end(driver, hold, log)
+    text = (tmp_path / "driver.log").read_text()
+    assert returncode == 1 and 5 <= took < 30, (returncode, took, text[-4000:])
+    assert "JobProcessLost: a process of this job was lost while it trained: ray-node 127.0.0.1 node" in text
+    assert "lost: silent for" in text, text[-4000:]
+    first = status_of(runner_dir)["outcome"]["first_failure"]
+    assert first["role"].startswith("ray-node 127.0.0.1 node") and "silent for" in first["how"], first
+
+
+def test_a_job_without_progress_is_stuck_its_stacks_on_every_node_recorded_and_the_one_in_a_native_wait_apart(
+        cluster, tmp_path: Path) -> None:
+    """The stand-in TaskRunner completes no step; one worker on another node waits for ever in a native call that
+    holds the GIL. With a 3 s floor (a first step's allowance of 12 s), the job ends non-zero as stuck, and
+    `status --dir` on the runner's node shows where every process of the job waited, that worker apart."""
+    c, dirs = cluster
+    driver, info, hold, log = held_job(c, dirs, tmp_path, VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT="3", RAY_GATES_BLOCK="1")
+    try:
+        returncode = driver.wait(timeout=180)
+    finally:
+        end(driver, hold, log)
+    text = (tmp_path / "driver.log").read_text()
+    assert returncode == 1 and "JobStuck: this job made no progress for" in text, text[-4000:]
+    report = status_of(node_dir(dirs, info["runner"]["pid"]))
+    stuck = report["outcome"]["stuck"]
+    assert stuck is not None and stuck["mode"] == "error" and stuck["idle_s"] >= 12, stuck
+    listed = " ".join(p for g in stuck["groups"] for p in g["processes"])
+    victim = info["victim"]
+    for name in ("worker0", "worker1", "worker2", "victim"):  # every node's processes
+        assert f"pid {info[name]['pid']})" in listed, (name, stuck["groups"])
+    assert any(f"pid {victim['pid']})" in a and "block" in a for a in stuck["apart"]), stuck["apart"]
+    assert report["outcome"]["state"] == "failed" and "JobStuck" in str(report["outcome"]["root_cause"]), report
+    shown = run_command([CLI, "status", "--dir", node_dir(dirs, info["runner"]["pid"])], driver_env(), check=False,
+                        cwd=REPO).stdout
+    assert "Job: FAILED (STUCK)" in shown and "apart from the rest:" in shown, shown
