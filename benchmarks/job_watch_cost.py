@@ -36,22 +36,38 @@ while len(far.heard) < len(far.handles) and time.monotonic() < deadline:
     assert far.hear() == [], "a loss in an idle cluster"
     time.sleep(0.2)
 pids = {nid: answer["pid"] for nid, (_, _, answer) in far.heard.items()}
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+@ray.remote(num_cpus=0)
+class Idle:  # a bare actor on each node: what any Ray worker process costs doing nothing
+    def pid(self):
+        return os.getpid()
+idlers = {nid: Idle.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=nid, soft=False)).remote()
+          for nid in pids}
+bare = {nid: ray.get(a.pid.remote()) for nid, a in idlers.items()}
 def cpu(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-before = {nid: cpu(pid) for nid, pid in pids.items()}
-rounds_cpu, rounds_wall = [], []
-started = time.monotonic()
-while time.monotonic() - started < seconds:
-    c, w = time.thread_time(), time.perf_counter()
-    assert far.hear() == [], "a loss in an idle cluster"
-    rounds_cpu.append(time.thread_time() - c); rounds_wall.append(time.perf_counter() - w)
-    time.sleep(max(0.0, 1.0 - (time.perf_counter() - w)))
-took = time.monotonic() - started
-use = sorted(100 * (cpu(pid) - before[nid]) / took for nid, pid in pids.items())
+def window(heard, pids=pids):
+    before = {nid: cpu(pid) for nid, pid in pids.items()}
+    rounds_cpu, rounds_wall = [], []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        c, w = time.thread_time(), time.perf_counter()
+        if heard:
+            assert far.hear() == [], "a loss in an idle cluster"
+        rounds_cpu.append(time.thread_time() - c); rounds_wall.append(time.perf_counter() - w)
+        time.sleep(max(0.0, 1.0 - (time.perf_counter() - w)))
+    took = time.monotonic() - started
+    use = sorted(100 * (cpu(pid) - before[nid]) / took for nid, pid in pids.items())
+    return use, rounds_cpu, rounds_wall
+idle, _, _ = window(False)  # the watches look every second, nobody asks them
+bare_use, _, _ = window(False, bare)  # a bare actor, asked nothing
+use, rounds_cpu, rounds_wall = window(True)
 far.stop()
 print(json.dumps({"nodes": len(pids) + 1, "watch_core_pct_median": statistics.median(use),
-                  "watch_core_pct_worst": use[-1], "hear_cpu_ms": 1000 * statistics.fmean(rounds_cpu),
+                  "watch_core_pct_worst": use[-1], "unheard_core_pct_median": statistics.median(idle),
+                  "bare_core_pct_median": statistics.median(bare_use),
+                  "hear_cpu_ms": 1000 * statistics.fmean(rounds_cpu),
                   "hear_wall_ms": 1000 * statistics.fmean(rounds_wall), "rounds": len(rounds_cpu)}))
 """
 
@@ -77,13 +93,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 32])
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    print(f"{'nodes':>5} | {'watch % core (median)':>21} | {'watch % core (worst)':>20} | "
+    print(f"{'nodes':>5} | {'watch % core (median)':>21} | {'worst':>6} | {'not asked':>9} | {'bare actor':>10} | "
           f"{'trainer: hear CPU ms/s':>22} | {'hear wall ms':>12}")
     for size in args.sizes:
         m = measure(size, args.seconds)
-        print(f"{m['nodes']:>5} | {m['watch_core_pct_median']:>21.2f} | {m['watch_core_pct_worst']:>20.2f} | "
-              f"{m['hear_cpu_ms']:>22.2f} | {m['hear_wall_ms']:>12.2f}", flush=True)
-    print("(percent of one core over the timed seconds; the trainer's side once a second, the watch's interval)")
+        print(f"{m['nodes']:>5} | {m['watch_core_pct_median']:>21.2f} | {m['watch_core_pct_worst']:>6.2f} | "
+              f"{m['unheard_core_pct_median']:>9.2f} | {m['bare_core_pct_median']:>10.2f} | "
+              f"{m['hear_cpu_ms']:>22.2f} | {m['hear_wall_ms']:>12.2f}",
+              flush=True)
+    print("(percent of one core over the timed seconds, each node's watch process: heard by the trainer once a "
+          "second, and not asked at all; a bare Ray actor on each node doing nothing, for scale; the trainer's side "
+          "once a second, the watch's interval)")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,11 @@ step's corrupted routes, the EngineCore on the node the TaskRunner is not on of 
 cells (``two-nodes/...``) fault the node verl's TaskRunner is not on; their status column reads the TaskRunner's
 node's status directory alone (the other node's records gathered there); ``node-far`` kills that whole node (its
 raylet and every process it started) and fires only where that node is not the head (killing the head is losing
-the cluster's GCS: another failure). The one-rank route check (``moe/route-check-one-sample``: one sample's routes
-corrupted) is a cell here: its seconds run from the check's error to the driver's end.
+the cluster's GCS: another failure). The stuck cell (``stuck/block-rank1``, the hybrid job) holds actor rank 1 in a
+native call after its step-1 weight update: nothing dies, the job watch's stuck check (floor lowered to
+``STUCK_FLOOR``) must end the job and name that rank apart; its seconds run from the last completed step. The
+one-rank route check (``moe/route-check-one-sample``: one sample's routes corrupted) is a cell here: its seconds run
+from the check's error to the driver's end.
 """
 
 from __future__ import annotations
@@ -73,6 +76,17 @@ CELLS[ROUTE_CELL] = replace(JOBS["moe"], name="moe-route-check-one-sample",
                             faults={"GRPO_PROBE_CORRUPT_ROUTES": "one@1"})
 
 
+# a job that stops making progress (the job watch's stuck check, floor lowered to STUCK_FLOOR s): actor rank 1 held
+# in a native call that keeps the GIL right after its weight update at step 1's end (after that save), the
+# weight-sync barrier's own bound raised out of the way; rank 0 waits in the barrier's gloo collective
+STUCK_FLOOR = 10
+PLACEMENT_TRIES = 4  # runs of a node-far cell until Ray places the TaskRunner on the head (about half the time)
+STUCK_CELL = "stuck/block-rank1"  # the hybrid job, nothing killed
+CELLS[STUCK_CELL] = replace(HYBRID, name="hybrid-stuck-block-rank1", faults={
+    "GRPO_PROBE_FAULT": "block", "GRPO_PROBE_FAULT_RANK": "1", "GRPO_PROBE_FAULT_SYNC": "2",
+    "VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT": "3600", "VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT": str(STUCK_FLOOR)})
+
+
 def last_whole_checkpoint(job: Job) -> str:
     tracker = job.checkpoints / TRACKER
     step = tracker.read_text().strip() if tracker.exists() else ""
@@ -107,6 +121,23 @@ def route_row(job: Job) -> tuple[list[str], Outcome]:
     checkpoint = last_whole_checkpoint(job)
     outcome = Outcome(job.returncode, True, seconds, "RouteCheckError" in str(first.get("how")), checkpoint)
     return [ROUTE_CELL, str(job.returncode), "-" if seconds is None else f"{seconds:.1f}", named, checkpoint], outcome
+
+
+def stuck_row(job: Job) -> tuple[list[str], Outcome, float | None]:
+    """A stuck cell: the seconds from the job's last progress (its last completed step, as the verdict dates it) to
+    the driver's end, and whether the verdict names the blocked rank apart; the verdict's bound for the judgement."""
+    report = job.status_json() if job.returncode in (0, 1) else {}
+    stuck = report.get("outcome", {}).get("stuck") or {}
+    pid = (report.get("outcome", {}).get("driver") or {}).get("pid")
+    driver = next((p for p in report.get("processes", []) if p.get("role") == "driver" and p.get("pid") == pid), {})
+    end = (driver.get("ended") or {}).get("at")
+    seconds = None if end is None or not stuck else end - (stuck["at"] - stuck["idle_s"])
+    apart = "; ".join(stuck.get("apart") or []) or "nobody"
+    named = f"STUCK (bound {stuck['bound_s']:.0f} s); apart: {apart}" if stuck else "no stuck verdict"
+    checkpoint = last_whole_checkpoint(job)
+    outcome = Outcome(job.returncode, bool(stuck), seconds, "WorkerDict rank 1" in apart, checkpoint)
+    after = "-" if seconds is None else f"{seconds:.1f} (from the last step)"
+    return [STUCK_CELL, str(job.returncode), after, named, checkpoint], outcome, stuck.get("bound_s")
 
 
 def row(cell: str, job: Job, timeout: float) -> tuple[list[str], Outcome]:
@@ -154,11 +185,21 @@ def main() -> int:
     for cell in chosen:
         spec = CELLS[cell]
         job = run(spec, workdir / spec.name, timeout=args.timeout)
-        cells, outcome = row(cell, job, args.timeout)
+        for attempt in range(2, PLACEMENT_TRIES + 1):  # node-far fires where Ray put the TaskRunner on the head
+            if not cell.endswith("/node-far") or job.killed is not None:
+                break
+            print(f"{cell}: the TaskRunner ran on the second node (the far node is the head): attempt {attempt}",
+                  flush=True)
+            job = run(spec, workdir / f"{spec.name}-{attempt}", timeout=args.timeout)
+        bound = STOPPED_TIMEOUT if cell.split("/")[1].startswith("stop:") else None
+        if cell == STUCK_CELL:
+            cells, outcome, bound = stuck_row(job)
+        else:
+            cells, outcome = row(cell, job, args.timeout)
         if args.resume:
             cells[-1] = resumed(spec, job, workdir, args.timeout)
             outcome = replace(outcome, resumed=cells[-1])
-        why = misses(outcome, STOPPED_TIMEOUT if cell.split("/")[1].startswith("stop:") else None)
+        why = misses(outcome, bound)
         missed += bool(why)
         rows.append([*cells, "yes" if not why else "MISS: " + "; ".join(why)])
         print(" | ".join(rows[-1]), flush=True)

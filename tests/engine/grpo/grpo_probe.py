@@ -32,12 +32,13 @@ Does nothing unless its variables are set:
   capture that never fills its buffer returns (vllm#49184), after a healthy start. ``one@N``: only the first
   sample each rollout server generates from step ``N`` on (the route check then fires on the one actor rank that
   trains it: the fault matrix's one-rank cell).
-- ``GRPO_PROBE_FAULT=stall|kill`` with ``GRPO_PROBE_FAULT_RANK=R`` and ``GRPO_PROBE_FAULT_SYNC=N``: the faults of
+- ``GRPO_PROBE_FAULT=stall|kill|block`` with ``GRPO_PROBE_FAULT_RANK=R`` and ``GRPO_PROBE_FAULT_SYNC=N``: the faults of
   the post-mortem scenarios. On actor rank R (verl's ``RANK``), right after its N-th weight update of the rollout
   (``ServerAdapter.update_weights`` returned, the N-th weight sync of that process: before the KV-cache resume and
-  its barrier), ``stall`` blocks the rank (the thread sleeps, as a hung transfer would hold it) and ``kill`` ends
-  the process with SIGKILL (as the OOM killer would: nothing runs after it). Nothing is written anywhere: what the
-  job's records say about it is what the plugin saw.
+  its barrier), ``stall`` blocks the rank (the thread sleeps, as a hung transfer would hold it), ``block`` holds
+  it in a native call that keeps the GIL (libc's ``sleep`` through ``ctypes.PyDLL``: a rank stuck in C) and
+  ``kill`` ends the process with SIGKILL (as the OOM killer would: nothing runs after it). Nothing is written
+  anywhere: what the job's records say about it is what the plugin saw.
 - ``GRPO_PROBE_TIME_ROUTE_CHECK=DIR``: each call of the plugin's R3 route check
   (``routing.patch_code.check_routes_before_replay``, once per micro-batch on each actor rank) appends to
   ``DIR/<pid>.jsonl`` ``{"added": seconds}``: the call's time less verl's
@@ -46,6 +47,7 @@ Does nothing unless its variables are set:
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import itertools
 import json
@@ -66,7 +68,7 @@ DROP_UNDER = os.environ.get("GRPO_PROBE_DROP_EXPORT_UNDER", "")
 CORRUPT = os.environ.get("GRPO_PROBE_CORRUPT_ROUTES")
 TIME_CHECK = os.environ.get("GRPO_PROBE_TIME_ROUTE_CHECK")
 FAULT = os.environ.get("GRPO_PROBE_FAULT")
-FAULTS = ("stall", "kill")
+FAULTS = ("stall", "kill", "block")
 if FAULT is not None and FAULT not in FAULTS:
     raise ValueError(f"GRPO_PROBE_FAULT={FAULT!r}: expected one of {FAULTS}")
 if CORRUPT is not None and not (CORRUPT.partition("@")[0] in ("zeros", "one") and CORRUPT.partition("@")[2].isdigit()):
@@ -175,6 +177,9 @@ if FAULT:
             if kwargs.get("base_sync_done", True) and os.environ.get("RANK") == rank and next(calls) == at:
                 if FAULT == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if FAULT == "block":  # in native code holding the GIL, as a rank stuck in C would be
+                    while True:  # libc's sleep returns early when a signal comes (the stacks' request)
+                        ctypes.PyDLL(None).sleep(3600)
                 time.sleep(3600)  # stall: until the job is torn down
             return out
 
