@@ -87,3 +87,16 @@ def test_a_faulthandler_dump_parses_into_threads_main_thread_last() -> None:
     threads = stacks.parse(dump)
     assert [t.current for t in threads] == [False, True]
     assert [f.func for f in stacks.waiting_in(threads)] == ["all_gather", "update_weights"]
+
+
+def test_a_ray_actor_whose_main_thread_sits_in_rays_task_loop_waits_where_its_task_thread_does() -> None:
+    """An async Ray actor runs its task in its event loop's thread: that thread says where it waits, not the main
+    thread between tasks (a plain process: its main thread, even when a helper thread is deeper)."""
+    worker = "/site-packages/ray/_private/worker.py"
+    dump = ('Thread 0x2 (most recent call first):\n  File "/x/probe.py", line 9 in update_then_fault\n'
+            '  File "/x/rollout.py", line 4 in update_weights\n  File "/x/asyncio.py", line 1 in _run\n\n'
+            f'Current thread 0x1 (most recent call first):\n  File "{worker}", line 1069 in main_loop\n'
+            '  File "/x/default_worker.py", line 323 in <module>\n')
+    assert [f.func for f in stacks.waiting_in(stacks.parse(dump))][:2] == ["update_then_fault", "update_weights"]
+    plain = dump.replace(worker, "/x/script.py")
+    assert [f.func for f in stacks.waiting_in(stacks.parse(plain))] == ["main_loop", "<module>"]

@@ -100,3 +100,11 @@ def test_the_one_process_not_where_the_rest_of_its_kind_wait_is_named_apart() ->
     assert [a["pid"] for a in apart([waiting[0], odd])] == [4]
     # all in one place, or no majority: nobody is named
     assert apart(waiting) == [] and apart([rank(1, "a"), rank(2, "b"), rank(3, "c")]) == []
+
+
+def test_a_rank_on_its_way_to_a_barrier_it_never_reached_is_not_taken_for_one_waiting_in_it() -> None:
+    """Rank 1 blocked in native code inside a call that a barrier wrapper makes (its callers name a barrier); rank 0
+    waits in the barrier itself: rank 1 is the one apart (only the 3 innermost frames say where a process waits)."""
+    blocked = rank(1, "update_then_fault", "update_weights", "async_inner", "_with_kv_barrier", "barrier_before_kv")
+    waiting = rank(0, "bounded_barrier", "run", "_worker")
+    assert [a["pid"] for a in apart([waiting, blocked])] == [1]

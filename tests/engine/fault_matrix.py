@@ -208,12 +208,18 @@ def main() -> int:
     print(f"\n{len(rows)} cell(s) in {time.monotonic() - started:.0f} s, {missed} missed their expectation "
           f"(fault_verdict.py); jobs kept in {workdir}")
     if args.doc is not None:
-        modes = sorted({row[0].split("/")[0] for row in rows})
-        said = (f"Run by `fault_matrix.py --cells {','.join(chosen)}` on {time.strftime('%Y-%m-%d')} (commit "
-                f"{_commit()}, {_cpu()}): {len(rows)} cell(s) in {time.monotonic() - started:.0f} s, {missed} missed.")
-        for mode in modes:
-            write_block(args.doc, mode, said + "\n\n" + markdown([r for r in rows if r[0].startswith(mode + "/")]))
+        write_doc(args.doc, rows, f"on {time.strftime('%Y-%m-%d')} (commit {_commit()}, {_cpu()}; the run took "
+                                  f"{time.monotonic() - started:.0f} s)")
     return 1 if missed else 0
+
+
+def write_doc(doc: Path, rows: list[list[str]], run: str) -> None:
+    """Each mode's rows into its block of ``doc`` (``write_block``), with how many of its cells met expectation."""
+    for mode in sorted({r[0].split("/")[0] for r in rows}):
+        mine = [r for r in rows if r[0].startswith(mode + "/")]
+        met = sum(1 for r in mine if r[-1] == "yes")
+        write_block(doc, mode, f"Run by `tests/engine/fault_matrix.py --doc` {run}: {met} of {len(mine)} cell(s) met "
+                               f"their expectation.\n\n{markdown(mine)}")
 
 
 HEADER = ["cell (mode/fault)", "exit", "s fault->end", "status names first", "last whole checkpoint", "met"]

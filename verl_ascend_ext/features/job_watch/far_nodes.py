@@ -175,12 +175,16 @@ class FarWatches:
         exception: what the nodes found before it is its likely cause)."""
         if self.broken:
             return []
-        for nid, handle in self.handles.items():
-            if nid not in self.pending and nid not in self.lost:
-                self.pending[nid] = handle.report.remote()
-        refs = list(self.pending.values())
-        if refs:
-            self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        try:
+            for nid, handle in self.handles.items():
+                if nid not in self.pending and nid not in self.lost:
+                    self.pending[nid] = handle.report.remote()
+            refs = list(self.pending.values())
+            if refs:
+                self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        except Exception as err:  # Ray refused: hear() says it and stops asking
+            logger.warning("verl-ascend-ext: the job watch's last round on the other nodes failed: %s: %s",
+                           type(err).__name__, err)
         return self.hear()
 
     def _ended(self, nid: str, why: str) -> list[Loss]:

@@ -11,7 +11,7 @@ completing is never stuck: each completed step resets the clock, and a slower st
 ``apart`` reads the stacks of a stuck job (``records.stacks``): within each kind of process (role and actor class)
 of which there are several, one that waits elsewhere than all the others, which share one place, is the one the
 others wait on (the one rank not in the collective); a process that did not answer is apart too. Only the standard
-library is imported.
+library is imported (and ``records.stacks``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
+
+from verl_ascend_ext.runtime.records.stacks import Frame, Thread, waiting_in
 
 FACTOR = 5.0  # the bound: this many times the longest time between two steps so far (3x: 1 % false alarms)
 FIRST_STEP = 4.0  # before the first step completes: this many times the floor (an hour by default)
@@ -67,12 +69,12 @@ def kind_of(answer: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def where(answer: dict[str, Any], depth: int = 4) -> tuple[tuple[Any, ...], ...] | None:
-    """Where a process's main thread waits (its ``depth`` innermost frames), or None where it did not answer."""
+    """Where a process waits (``stacks.waiting_in``: ``depth`` innermost frames), or None where it did not answer."""
     threads = answer.get("threads")
     if not threads:
         return None
-    frames = threads[-1]["frames"] or next((t["frames"] for t in threads if t["current"]), [])
-    return tuple((f["file"], f["line"], f["func"]) for f in frames[:depth])
+    frames = waiting_in([Thread(t["ident"], t["current"], [Frame(**f) for f in t["frames"]]) for t in threads])
+    return tuple((f.file, f.line, f.func) for f in frames[:depth])
 
 
 def apart(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,5 +111,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barri
 
 
 def _in_collective(answer: dict[str, Any]) -> bool:
-    place = where(answer, depth=8) or ()
+    """Whether it waits in a collective: one of its 3 innermost frames names one (deeper ones are its callers,
+    which may be on the way to one they never reached)."""
+    place = where(answer, depth=3) or ()
     return any(any(name in str(func) for name in COLLECTIVES) for _, _, func in place)

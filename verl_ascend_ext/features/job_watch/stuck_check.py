@@ -57,7 +57,10 @@ class StuckCheck:
         records, _ = collect(store.base_dir())
         answers = stacks.ask(stacks.of_job_here(records, self.job), ASK_TIMEOUT)
         if self.far is not None:
-            answers += self.far.stacks(ASK_TIMEOUT)
+            try:
+                answers += self.far.stacks(ASK_TIMEOUT)
+            except Exception as err:  # the verdict stands on this node's stacks, the others' said missing
+                answers.append({"role": "the other nodes", "missing": f"not asked ({type(err).__name__}: {err})"})
         mine = next((a for a in answers if a.get("pid") == os.getpid() and "threads" in a), None)
         return {"at": time.time(), "idle_s": round(self.progress.idle(now), 1),
                 "bound_s": round(self.progress.bound(), 1), "steps": self.progress.value,
@@ -66,10 +69,12 @@ class StuckCheck:
 
 
 def phase(answer: dict[str, Any] | None) -> str:
-    """Where the trainer's main thread waits: its innermost frame in verl, else its innermost frame."""
+    """Where the trainer waits (``stacks.waiting_in``): the innermost frame in verl, else the innermost frame."""
     if answer is None:
         return "unknown (the trainer's own stacks were not written)"
-    frames = answer["threads"][-1]["frames"]
+    frames = [vars(f) for f in stacks.waiting_in([stacks.Thread(t["ident"], t["current"],
+                                                                [stacks.Frame(**f) for f in t["frames"]])
+                                                   for t in answer["threads"]])]
     in_verl = [f for f in frames if f"{os.sep}verl{os.sep}" in f["file"]]
     chosen = (in_verl or frames)[:1]
     return " ".join(f"{f['func']} ({os.path.basename(f['file'])}:{f['line']})" for f in chosen) or "no Python frame"
@@ -84,7 +89,7 @@ def _place(answer: dict[str, Any]) -> str:
 
 def message(verdict: dict[str, Any]) -> str:
     groups = "; ".join(f"{len(g['processes'])} process(es): {g['where']}" for g in verdict["groups"])
-    text = (f"this job made no progress for {verdict['idle_s']:.0f} s (its bound: {verdict['bound_s']:.0f} s, 3x "
+    text = (f"this job made no progress for {verdict['idle_s']:.0f} s (its bound: {verdict['bound_s']:.0f} s, 5x "
             f"its longest step so far, at least VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT); the trainer's step count stays "
             f"{verdict['steps']}; the trainer waits in {verdict['phase']}. Where the job's processes wait: {groups}.")
     if verdict["apart"]:

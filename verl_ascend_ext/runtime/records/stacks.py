@@ -6,8 +6,8 @@ Ray, torch or transformers handles (Ray and torch use SIGUSR1/SIGUSR2; checked i
 a handler is already installed. faulthandler's handler is C code: it writes every thread's Python stack even while
 a native call holds the GIL, and costs nothing until the signal comes. ``ask`` empties each process's file, sends
 the signal, and reads what each wrote within ``timeout``; a process that writes nothing is "not answering" (stuck in
-a native call with the signal blocked, stopped, or gone). ``group`` puts processes whose current thread waits in
-the same place together. Only the standard library is imported.
+a native call with the signal blocked, stopped, or gone). ``group`` puts processes that wait in the same place
+together (``waiting_in``). Only the standard library is imported.
 """
 
 from __future__ import annotations
@@ -84,12 +84,26 @@ def parse(text: str) -> list[Thread]:
     return threads
 
 
+RAY_TASK_LOOP = ("main_loop", f"ray{os.sep}_private{os.sep}worker.py")  # a Ray worker's main thread between tasks
+# threads that only keep house (this plugin's record flusher and its job watch, Ray's GC manager, tqdm's monitor):
+# never where a process's work waits
+HOUSEKEEPING = (f"verl_ascend_ext{os.sep}runtime{os.sep}records{os.sep}", f"ray{os.sep}_private{os.sep}gc_collect",
+                f"tqdm{os.sep}_monitor.py")
+
+
 def waiting_in(threads: list[Thread]) -> list[Frame]:
-    """Where a process waits: its main thread's stack (the last thread faulthandler lists is the oldest, the main
-    one), else the current thread's."""
+    """Where a process waits: its main thread's stack (faulthandler lists it last); where the main thread sits in
+    Ray's task loop (an async or threaded actor, whose task runs in another thread), the deepest of its other threads
+    that is not housekeeping (``HOUSEKEEPING``): idle event-loop and pool threads are shallow, the thread that
+    carries the work, blocked, is deep."""
     if not threads:
         return []
-    return threads[-1].frames or next((t.frames for t in threads if t.current), [])
+    main = threads[-1]
+    top = main.frames[0] if main.frames else None
+    if top is not None and top.func == RAY_TASK_LOOP[0] and top.file.endswith(RAY_TASK_LOOP[1]) and len(threads) > 1:
+        working = [t for t in threads[:-1] if not any(h in f.file for f in t.frames for h in HOUSEKEEPING)]
+        return max(working or threads[:-1], key=lambda t: len(t.frames)).frames
+    return main.frames or next((t.frames for t in threads if t.current), [])
 
 
 def ask(records: Iterable[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
@@ -155,7 +169,7 @@ def label_of(answer: dict[str, Any]) -> str:
 
 
 def group(answers: list[dict[str, Any]], depth: int = 4) -> list[dict[str, Any]]:
-    """The answers grouped by where their main thread waits (its ``depth`` innermost frames), the largest group
+    """The answers grouped by where they wait (``waiting_in``: its ``depth`` innermost frames), the largest group
     first; the processes that did not answer last, as one group."""
     groups: dict[tuple[tuple[str, int, str], ...], list[dict[str, Any]]] = {}
     silent = []
