@@ -247,7 +247,8 @@ def _commit() -> str:
     import subprocess
 
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
-    return proc.stdout.strip() or "?"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=HERE, capture_output=True).returncode != 0
+    return (proc.stdout.strip() or "?") + (" with uncommitted changes" if dirty else "")
 
 
 def _cpu() -> str:
