@@ -104,6 +104,16 @@ def positive_number(name: str, raw: str, unit: str, example: str) -> float:
     return value
 
 
+def one_of(name: str, raw: str, modes: tuple[str, ...], what: str, meanings: str) -> str:
+    """One of ``modes`` (a mode setting's ``Setting.parse``; the first mode is the default); raise GateValueError
+    naming ``name``, ``what`` it is a mode of, each mode's ``meanings`` and the default otherwise."""
+    value = raw.strip().lower()
+    if value not in modes:
+        raise GateValueError(f"{name}={raw!r} is not a mode of {what}. Use {meanings}, or unset it (or set it empty) "
+                             f"for its default, {modes[0]}.")
+    return value
+
+
 def positive_seconds(name: str, raw: str) -> float:
     """A number of seconds > 0 (``Setting.parse`` of timeouts)."""
     return positive_number(name, raw, "seconds", "600")

@@ -8,7 +8,7 @@ other.
 
 from __future__ import annotations
 
-from verl_ascend_ext.patching.gates import Gate, GateValueError, Setting, positive_seconds
+from verl_ascend_ext.patching.gates import Gate, Setting, one_of, positive_seconds
 
 PLATFORM_MODULE = "verl.plugin.platform.platform_npu"
 MAIN_PPO = "verl.trainer.main_ppo"
@@ -34,12 +34,8 @@ CLUSTER_CHECK_MODES = ("error", "warn", "off")
 
 def cluster_check_mode(name: str, raw: str) -> str:
     """One of ``CLUSTER_CHECK_MODES`` (``Setting.parse``); GateValueError naming ``name`` otherwise."""
-    value = raw.strip().lower()
-    if value not in CLUSTER_CHECK_MODES:
-        raise GateValueError(f"{name}={raw!r} is not a mode of the cluster check. Use error (stop the job before "
-                             "training), warn (say it and train) or off (no check), or unset it (or set it empty) "
-                             "for its default, error.")
-    return value
+    return one_of(name, raw, CLUSTER_CHECK_MODES, "the cluster check",
+                  "error (stop the job before training), warn (say it and train) or off (no check)")
 
 
 CLUSTER_CHECK = Setting(
