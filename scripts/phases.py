@@ -1,12 +1,12 @@
 """The phase table of a CI run, in one place: how a phase is logged, how the table is printed, how a printed row is
 read back.
 
-``scripts/test.sh`` logs each phase it runs (each set-up part, each pytest phase) and ``tests/engine`` each training
-job (``add``: one tab-separated line per phase in the file ``CI_PHASE_LOG`` names); at the end the script prints the
-table (``table``); ``benchmarks/ci_side_by_side.py`` reads printed tables back (``parse_row``). A training job's row
-is indented under the engine tier's, which it runs inside. The table's header names the CPU (``machine``): its model,
-its bf16 and AMX flags and any oneDNN ISA ceiling, since bf16 results differ by the kernels a CPU takes
-(``tests/engine/bf16_ties.py``), so a failure can be tied to the machine.
+``scripts/test.sh`` logs each phase it runs (each set-up part, each pytest phase) and ``tests/engine`` each training job
+(``add``: one tab-separated line per phase in the file ``CI_PHASE_LOG`` names); at the end the script prints the table
+(``table``), its total against CI's budget; ``benchmarks/ci_side_by_side.py`` reads printed tables back (``parse_row``).
+A training job's row is indented under the engine tier's, which it runs inside. The table's header names the CPU
+(``machine``): its model, its bf16 and AMX flags and any oneDNN ISA ceiling, since bf16 results differ by the kernels a
+CPU takes (``tests/engine/bf16_ties.py``), so a failure can be tied to the machine.
 
     python3 scripts/phases.py add LOG NAME SECONDS OUTCOME
     python3 scripts/phases.py print LOG WALL_SECONDS
@@ -64,7 +64,19 @@ def table(log: str | Path, wall: float) -> str:
         name, seconds, outcome = ([*line.split("\t"), "", ""])[:3]
         lines.append(printed_row(name, float(seconds or 0), outcome))
     lines.append(printed_row("total (wall)", wall, f"({int(wall) // 60} min {int(wall) % 60} s)"))
+    lines.append(against_budget(wall))
     return "\n".join(lines)
+
+
+BUDGET_S = 40 * 60  # CI's time on a new 2-core machine (DEVELOPERS.md; 90 min is the hard limit)
+
+
+def against_budget(wall: float) -> str:
+    """The total against CI's budget, one line."""
+    left = BUDGET_S - wall
+    said = f"{int(left) // 60} min {int(left) % 60} s left" if left >= 0 else \
+        f"OVER by {int(-left) // 60} min {int(-left) % 60} s"
+    return f"  budget {BUDGET_S // 60} min on a new 2-core machine: {said}"
 
 
 def parse_row(line: str) -> tuple[str, float, str] | None:

@@ -56,6 +56,10 @@ def test_the_parser_reads_back_the_table_scripts_test_sh_prints(tmp_path) -> Non
         "set-up: project venv (.venv)": (85.0, "ok"), "pytest: verl 0.9.0": (349.0, "FAILED (exit 1)"),
         "training job on (verl 0.9.0)": (179.0, "exit 1"), "total (wall)": (1782.0, "(29 min 42 s)")}
     assert printed.splitlines()[2].startswith("CPU: ")  # the machine, under the heading
+    # the total against CI's budget (40 min on a new 2-core machine), on its own line
+    assert printed.splitlines()[-1].strip() == "budget 40 min on a new 2-core machine: 10 min 18 s left", printed
+    over = subprocess.run([*tool, "print", str(phases_log), "2700"], check=True, capture_output=True, text=True)
+    assert over.stdout.splitlines()[-1].strip().endswith("OVER by 5 min 0 s"), over.stdout
 
 
 def test_the_table_names_the_cpu_its_bf16_and_amx_flags_and_the_onednn_ceiling(tmp_path, monkeypatch) -> None:
