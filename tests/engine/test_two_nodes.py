@@ -46,8 +46,11 @@ def test_a_job_on_two_nodes_records_on_both_and_a_lost_engine_core_on_the_second
     assert done.fault_to_end is not None and done.fault_to_end <= 30, done.explain()
     print(f"two-nodes: the far node's EngineCore pid {done.killed} killed; the job ended {done.fault_to_end:.1f} s "
           "later")
-    assert "JobProcessLost: a process of this job was lost while it trained: engine-core" in done.log, done.explain()
-    assert "noticed by the job watch of node" in done.log, done.explain()
+    # the far node's watch ended the job, or verl's own EngineDeadError (a call to that server in flight) came first
+    # and the watch's last look, as fit raised, recorded the death (by timing: both seen in CI)
+    watch_ended = "JobProcessLost: a process of this job was lost while it trained: engine-core" in done.log
+    assert ("noticed by the job watch of node" in done.log if watch_ended else
+            "lost before it: engine-core" in done.log), done.explain()
     # the sleep-memory metric of step 1 is the worst of every node's rollout ranks (the far one's, as its node's
     # watch reported it), one a node
     assert done.metrics[1]["rollout/sleep_memory_ranks"] == 2, done.metrics
@@ -64,11 +67,11 @@ def test_a_job_on_two_nodes_records_on_both_and_a_lost_engine_core_on_the_second
     first = alone["outcome"]["first_failure"]
     assert alone["outcome"]["state"] == "failed" and first["pid"] == core["pid"], alone["outcome"]
     assert first["how"].startswith("ended without a word, seen dead by the job watch of node"), first
-    # the watch's finding ended the TaskRunner (its end recorded after JobProcessLost), which ended the job; nothing
-    # claims more than was done: the last whole checkpoint is step 1's (the kill came after it)
-    (watcher,) = [p for p in alone["processes"] if (p.get("ended") or {}).get("error")
-                  and p["ended"]["error"][0]["type"] == "JobProcessLost"]
-    assert watcher["actor_class"] == "TaskRunnerV1", watcher
+    # where the watch's finding ended the TaskRunner, its end says so (after JobProcessLost); nothing claims more
+    # than was done: the last whole checkpoint is step 1's (the kill came after it)
+    ended_by = [p["actor_class"] for p in alone["processes"] if (p.get("ended") or {}).get("error")
+                and p["ended"]["error"][0]["type"] == "JobProcessLost"]
+    assert ended_by == (["TaskRunnerV1"] if watch_ended else []), ended_by
     assert (done.checkpoints / TRACKER).read_text().strip() == "1", done.explain()
 
 
