@@ -319,3 +319,24 @@ def test_an_end_recorded_before_the_watch_began_is_no_loss(tmp_path: Path) -> No
     clock.t = T0 + 2
     lost = {loss.record["pid"]: loss.notice["how"] for loss in job_watch.look()}
     assert lost == {late["pid"]: "ended with exit 1", silent["pid"]: "ended without a word"}, lost
+
+
+def test_losses_of_two_rounds_keep_the_first_watchers_word_and_take_the_same_watchers_later_dating() -> None:
+    """The trainer's look and the other nodes' next answers (``patch_code.merged``): a process the trainer's own
+    watch found stays as it said (another node's watch may see it too, through a shared directory); a far process
+    its node's watch reports again is taken re-dated; a new one is added; first lost first."""
+    from verl_ascend_ext.features.job_watch.patch_code import merged
+    from verl_ascend_ext.runtime.records.ends import NO_WORD, Failure
+    from verl_ascend_ext.runtime.records.watch import Loss
+
+    def loss(pid: int, at: float, by: str) -> Loss:
+        notice = {"host": "h", "pid": pid, "proc_start": 1, "role": "r", "at": at, "how": NO_WORD, "by": by}
+        return Loss({"pid": pid}, notice, Failure(NO_WORD, NO_WORD))
+
+    here = loss(1, 10.0, "the job watch of pid 5")
+    far = loss(2, 12.0, "the job watch of node n")
+    out = merged([here, far], [loss(1, 9.0, "the job watch of node n"), loss(2, 8.0, "the job watch of node n"),
+                               loss(3, 11.0, "the job watch of node n")])
+    assert [(x.notice["pid"], x.notice["at"], x.notice["by"]) for x in out] == [
+        (2, 8.0, "the job watch of node n"), (1, 10.0, "the job watch of pid 5"), (3, 11.0, "the job watch of node n")]
+    assert merged([here], []) == [here]

@@ -117,14 +117,17 @@ NEXT_LOOK_WAIT = 1.5  # s a loss waits for the other nodes' next answers (their 
 
 
 def merged(first: list[Loss], later: list[Loss]) -> list[Loss]:
-    """Losses of two rounds, one a process (the later round's: dated again with more known), first lost first."""
+    """Losses of two rounds, one a process, first lost first: a process the same watch reported again is taken as
+    the later round has it (dated again with more known); one another watch reported first stays as that one said
+    (nodes sharing one status directory see each other's processes)."""
     def key(loss: Loss) -> tuple[Any, Any, Any]:
         return loss.notice["host"], loss.notice["pid"], loss.notice["proc_start"]
 
     if not later:
         return first
     out = {key(loss): loss for loss in first}
-    out.update((key(loss), loss) for loss in later)
+    out.update((key(loss), loss) for loss in later
+               if key(loss) not in out or out[key(loss)].notice["by"] == loss.notice["by"])
     return sorted(out.values(), key=lambda loss: (loss.notice["at"], loss.failure.kind != NO_WORD))
 
 
