@@ -61,6 +61,10 @@ class StuckCheck:
                 answers += self.far.stacks(ASK_TIMEOUT)
             except Exception as err:  # the verdict stands on this node's stacks, the others' said missing
                 answers.append({"role": "the other nodes", "missing": f"not asked ({type(err).__name__}: {err})"})
+        unique: dict[tuple[Any, Any], dict[str, Any]] = {}  # nodes sharing one directory each ask the same process
+        for answer in answers:
+            unique.setdefault((answer.get("host"), answer.get("pid") or id(answer)), answer)
+        answers = list(unique.values())
         mine = next((a for a in answers if a.get("pid") == os.getpid() and "threads" in a), None)
         return {"at": time.time(), "idle_s": round(self.progress.idle(now), 1),
                 "bound_s": round(self.progress.bound(), 1), "steps": self.progress.value,
