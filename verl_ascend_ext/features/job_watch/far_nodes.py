@@ -45,6 +45,7 @@ NODE_ROLE = "ray-node"
 # Ray's errors that may pass (an actor "temporarily unavailable": a network blip, a busy raylet): a round without an
 # answer, not the watch's end; Ray's ActorDiedError (the node marked dead, the process gone) ends it
 PASSING = ("ActorUnavailableError", "GetTimeoutError")
+WORKER_RESOURCES = ("CPU", "GPU", "NPU")  # what a node offers the job's workers (verl's pools ask for these)
 
 
 class NodeWatch:
@@ -111,11 +112,10 @@ class FarWatches:
                  interval: float = INTERVAL, now: Callable[[], float] = time.monotonic) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from verl_ascend_ext.features.device.node_ask import alive_nodes  # the cluster check's own node list
-
         self.ray, self.silence, self.now = ray, silence, now
         own = ray.get_runtime_context().get_node_id()
-        self.nodes = {n["NodeID"]: n for n in alive_nodes(ray, workers_only=True) if n["NodeID"] != own}
+        self.nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != own
+                      and any(n.get("Resources", {}).get(r, 0) > 0 for r in WORKER_RESOURCES)}
         actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(NodeWatch)
         self.handles = {nid: actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=nid, soft=False))
                         .remote(job, started, stopped_limit, interval) for nid in self.nodes}
