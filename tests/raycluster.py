@@ -4,7 +4,8 @@ Every node is a separate raylet (own processes, own environment) on 127.0.0.1: R
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray pick the loopback address for every node, driver and
 worker. Nodes are started without the variables ``subprocesses.scrubbed_env`` removes (removed from the
 environment while the cluster starts), so a variable a worker sees came through Ray, not from its raylet.
-No dashboard.
+No dashboard. ``namespaced_nodes`` adds worker nodes that look like other machines to the plugin (their own host
+name, ``/proc`` and pids: ``nsnode.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import pytest
+from nsnode import NamespacedNode, wait_alive
 from subprocesses import scrubbed, scrubbed_env
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -60,6 +62,22 @@ def three_nodes() -> Iterator[tuple[object, set[str]]]:
         workers = [cluster.add_node(num_cpus=1), cluster.add_node(num_cpus=1)]
         cluster.wait_for_nodes(NODES_TIMEOUT)
         yield cluster, {w.node_id for w in workers}
+
+
+@contextmanager
+def namespaced_nodes(cluster: object, envs: list[Mapping[str, str]]) -> Iterator[list[NamespacedNode]]:
+    """Worker nodes (1 CPU each) joined to ``cluster`` (inside ``loopback_cluster``), node i in namespaces of its own
+    named ``node<i>`` (from 1), its raylet's environment the cluster's with ``envs[i - 1]`` added; stopped after."""
+    nodes: list[NamespacedNode] = []
+    try:
+        for i, env in enumerate(envs, start=1):
+            nodes.append(NamespacedNode(cluster.address, f"node{i}", {**os.environ, **env},  # type: ignore[attr-defined]
+                                        {"num_cpus": 1}))
+            wait_alive(cluster, 1 + i, NODES_TIMEOUT)  # one at a time (nsnode.py: the session's file names)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
 
 
 def driver_env(**extra: str) -> dict[str, str]:

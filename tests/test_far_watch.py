@@ -1,14 +1,17 @@
 """The job watch on every node: verl's real ``run_ppo`` on a real 3-node loopback Ray cluster whose nodes each record
 in a status directory of their own (``${NODE_STATUS}``, expanded on each node from its raylet's environment, as on
-separate machines), the stand-in TaskRunner of ``scenarios/ray_gates.py`` waiting inside the job watch as verl's
-trainer's ``fit`` does.
+separate machines), the two worker nodes in namespaces of their own (``nsnode.py``: their own host names, ``/proc``
+and pids, so that no node's watch can see another's processes), the stand-in TaskRunner of
+``scenarios/ray_gates.py`` waiting inside the job watch as verl's trainer's ``fit`` does.
 
 - ``verl-ascend stacks --ray`` shows where the job's processes on every node wait (the TaskRunner in its wait);
 - a worker on a node the TaskRunner is not on is SIGKILLed: the trainer's own host's records cannot show it; the
   watch of that node finds it, the job ends within seconds (exit 1) naming it, and `verl-ascend status --dir` on
   the trainer's host alone names it first (that node's records gathered there, the death noticed);
 - the watch of another node is SIGSTOPped (what a node cut off looks like to the trainer: no answer): after the
-  node bound (5 s here) the job ends naming that node as lost, and `status` names the node first.
+  node bound (5 s here) the job ends naming that node as lost, and `status` names the node first;
+- a whole worker node is lost at once (its PID 1 killed: the kernel kills every process of it, raylet included):
+  the job ends within the node bound, naming that node, and `status` names it first.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
-from raycluster import NODES_TIMEOUT, driver_env, loopback_cluster
+from nsnode import NamespacedNode
+from raycluster import driver_env, loopback_cluster, namespaced_nodes
 from repo import REPO
 from subprocesses import run_command
 from test_ray_status import wait_for
@@ -37,14 +41,13 @@ NODE_STATUS = "NODE_STATUS"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """Three nodes, each with its own status directory (node 0: the head)."""
+    """Three nodes, each with its own status directory (node 0: the head; nodes 1 and 2 namespaced): the cluster,
+    the directories, the namespaced nodes."""
     root = tmp_path_factory.mktemp("far-watch")
     dirs = [root / f"node{i}" for i in range(3)]
-    with loopback_cluster({NODE_STATUS: str(dirs[0])}) as c:
-        for d in dirs[1:]:
-            c.add_node(num_cpus=1, env_vars={NODE_STATUS: str(d)})
-        c.wait_for_nodes(NODES_TIMEOUT)
-        yield c, dirs
+    with loopback_cluster({NODE_STATUS: str(dirs[0])}) as c, \
+            namespaced_nodes(c, [{NODE_STATUS: str(d)} for d in dirs[1:]]) as nodes:
+        yield c, dirs, nodes
 
 
 def held_job(c, dirs: list[Path], tmp_path: Path, **env: str) -> tuple[subprocess.Popen, dict, Path, object]:
@@ -64,9 +67,21 @@ def held_job(c, dirs: list[Path], tmp_path: Path, **env: str) -> tuple[subproces
     return driver, json.loads((hold / "ready.json").read_text()), hold, log
 
 
-def node_dir(dirs: list[Path], pid: int) -> Path:
-    """The status directory holding ``pid``'s record."""
-    (found,) = [d for d in dirs if any(r["pid"] == pid for r in read_records(str(d))[0])]
+def node_dir(dirs: list[Path], who: dict) -> Path:
+    """The status directory holding the record of ``who`` (its ``host`` and ``pid``: each node numbers its own)."""
+    (found,) = [d for d in dirs if any((r["host"], r["pid"]) == (who["host"], who["pid"])
+                                       for r in read_records(str(d))[0])]
+    return found
+
+
+def here(nodes: list[NamespacedNode], who: dict) -> int:
+    """The pid, in this namespace, of the process ``who`` (``host``, ``pid``): on a namespaced node, mapped; on the
+    head (this machine's own host), its own."""
+    node = next((n for n in nodes if n.host == who["host"]), None)
+    if node is None:
+        return int(who["pid"])
+    found = node.outer(who["pid"])
+    assert found is not None, f"{who} not found on {node.host}"
     return found
 
 
@@ -84,19 +99,19 @@ def end(driver: subprocess.Popen, hold: Path, log) -> None:
 
 def test_a_worker_lost_on_another_node_ends_the_job_named_and_status_on_the_trainers_host_names_it(
         cluster, tmp_path: Path) -> None:
-    c, dirs = cluster
+    c, dirs, nodes = cluster
     driver, info, hold, log = held_job(c, dirs, tmp_path)
     try:
         victim, runner = info["victim"], info["runner"]
-        assert victim["node_id"] != runner["node_id"]
-        runner_dir, victim_dir = node_dir(dirs, runner["pid"]), node_dir(dirs, victim["pid"])
+        assert victim["node_id"] != runner["node_id"] and victim["host"] != runner["host"], (victim, runner)
+        runner_dir, victim_dir = node_dir(dirs, runner), node_dir(dirs, victim)
         assert runner_dir != victim_dir  # the trainer's host's records cannot show the victim
         time.sleep(3)  # the node watches answer
         # where every process of the job waits, asked on every node (each asks its own, by signal)
         asked = run_command([CLI, "stacks", "--ray", "--address", c.address, "--dir", f"${{{NODE_STATUS}}}", "--json"],
                             driver_env(), check=False, timeout=180, cwd=REPO)
         killed = time.monotonic()
-        os.kill(victim["pid"], signal.SIGKILL)
+        os.kill(here(nodes, victim), signal.SIGKILL)
         returncode = driver.wait(timeout=120)
         took = time.monotonic() - killed
     finally:
@@ -109,23 +124,26 @@ def test_a_worker_lost_on_another_node_ends_the_job_named_and_status_on_the_trai
     assert asked.returncode in (0, 1), asked.stdout + asked.stderr
     shown = json.loads(asked.stdout)
     answered = {p["pid"]: p for p in shown["processes"] if "threads" in p}
-    assert {runner["pid"], victim["pid"]} <= set(answered), shown["groups"]  # both nodes' processes answered
-    runner_waits = [f["func"] for f in answered[runner["pid"]]["threads"][-1]["frames"]]
+    answered = {(p["host"], p["pid"]): p for p in shown["processes"] if "threads" in p}
+    both = {(who["host"], who["pid"]) for who in (runner, victim)}
+    assert both <= set(answered), shown["groups"]  # both nodes' processes answered
+    runner_waits = [f["func"] for f in answered[runner["host"], runner["pid"]]["threads"][-1]["frames"]]
     assert "run" in runner_waits, runner_waits  # the stand-in TaskRunner's run, in its wait for `go`
     report = status_of(runner_dir)  # the trainer's host only, its cluster still up or not: the same files
     first = report["outcome"]["first_failure"]
-    assert report["outcome"]["state"] == "failed" and first["pid"] == victim["pid"], report["outcome"]
+    assert report["outcome"]["state"] == "failed", report["outcome"]
+    assert (first["host"], first["pid"]) == (victim["host"], victim["pid"]), first
     assert first["how"].startswith("ended without a word, seen dead by the job watch of node"), first
-    gathered = [p for p in report["processes"] if p["pid"] == victim["pid"]]
+    gathered = [p for p in report["processes"] if (p["host"], p["pid"]) == (victim["host"], victim["pid"])]
     assert gathered and gathered[0]["alive"] is False, gathered  # the gathered copy of the victim's record
 
 
 def test_a_node_whose_watch_stops_answering_is_lost_and_named(cluster, tmp_path: Path) -> None:
-    c, dirs = cluster
+    c, dirs, nodes = cluster
     driver, info, hold, log = held_job(c, dirs, tmp_path, VERL_ASCEND_EXT_JOB_WATCH_NODE_TIMEOUT="5")
     stopped = None
     try:
-        runner_dir = node_dir(dirs, info["runner"]["pid"])
+        runner_dir = node_dir(dirs, info["runner"])
         deadline = time.monotonic() + 120
         while stopped is None and time.monotonic() < deadline:  # a far node's watch, once it answers
             watches = [r for d in dirs if d != runner_dir for r in read_records(str(d))[0]
@@ -134,13 +152,14 @@ def test_a_node_whose_watch_stops_answering_is_lost_and_named(cluster, tmp_path:
             time.sleep(0.5)
         assert stopped is not None, "no NodeWatch actor recorded on another node"
         time.sleep(3)
-        os.kill(stopped["pid"], signal.SIGSTOP)
+        stopped_here = here(nodes, stopped)
+        os.kill(stopped_here, signal.SIGSTOP)
         halted = time.monotonic()
         returncode = driver.wait(timeout=120)
         took = time.monotonic() - halted
     finally:
         if stopped is not None:
-            os.kill(stopped["pid"], signal.SIGCONT)
+            os.kill(here(nodes, stopped), signal.SIGCONT)
         end(driver, hold, log)
     text = (tmp_path / "driver.log").read_text()
     assert returncode == 1 and 5 <= took < 30, (returncode, took, text[-4000:])
@@ -155,7 +174,7 @@ def test_a_job_without_progress_is_stuck_its_stacks_on_every_node_recorded_and_t
     """The stand-in TaskRunner completes no step; one worker on another node waits for ever in a native call that
     holds the GIL. With a 3 s floor (a first step's allowance of 12 s), the job ends non-zero as stuck, and
     `status --dir` on the runner's node shows where every process of the job waited, that worker apart."""
-    c, dirs = cluster
+    c, dirs, _ = cluster
     driver, info, hold, log = held_job(c, dirs, tmp_path, VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT="3", RAY_GATES_BLOCK="1")
     try:
         returncode = driver.wait(timeout=180)
@@ -163,15 +182,48 @@ def test_a_job_without_progress_is_stuck_its_stacks_on_every_node_recorded_and_t
         end(driver, hold, log)
     text = (tmp_path / "driver.log").read_text()
     assert returncode == 1 and "JobStuck: this job made no progress for" in text, text[-4000:]
-    report = status_of(node_dir(dirs, info["runner"]["pid"]))
+    report = status_of(node_dir(dirs, info["runner"]))
     stuck = report["outcome"]["stuck"]
     assert stuck is not None and stuck["mode"] == "error" and stuck["idle_s"] >= 12, stuck
     listed = " ".join(p for g in stuck["groups"] for p in g["processes"])
     victim = info["victim"]
     for name in ("worker0", "worker1", "worker2", "victim"):  # every node's processes
-        assert f"pid {info[name]['pid']})" in listed, (name, stuck["groups"])
-    assert any(f"pid {victim['pid']})" in a and "block" in a for a in stuck["apart"]), stuck["apart"]
+        assert f"host {info[name]['host']}, pid {info[name]['pid']})" in listed, (name, stuck["groups"])
+    assert any(f"host {victim['host']}, pid {victim['pid']})" in a and "block" in a for a in stuck["apart"]), \
+        stuck["apart"]
     assert report["outcome"]["state"] == "failed" and "JobStuck" in str(report["outcome"]["root_cause"]), report
-    shown = run_command([CLI, "status", "--dir", node_dir(dirs, info["runner"]["pid"])], driver_env(), check=False,
+    shown = run_command([CLI, "status", "--dir", node_dir(dirs, info["runner"])], driver_env(), check=False,
                         cwd=REPO).stdout
     assert "Job: FAILED (STUCK)" in shown and "apart from the rest:" in shown, shown
+
+
+def test_a_whole_node_lost_at_once_ends_the_job_named_and_status_names_that_node_first(cluster, tmp_path: Path) -> None:
+    """Last in the module: it takes a node away. A namespaced node the runner is not on is lost at once, its PID 1
+    killed (every process of it with it, raylet and watch included): no word from it, as from a machine that lost
+    power."""
+    c, dirs, nodes = cluster
+    driver, info, hold, log = held_job(c, dirs, tmp_path, VERL_ASCEND_EXT_JOB_WATCH_NODE_TIMEOUT="5")
+    try:
+        runner_dir = node_dir(dirs, info["runner"])
+        lost = next(n for n in nodes if n.host != info["runner"]["host"])
+        lost_dir = dirs[nodes.index(lost) + 1]
+        (node_id,) = {w["node_id"][:8] for w in info.values() if w["host"] == lost.host}
+        deadline = time.monotonic() + 120
+        while not any(r.get("actor_class") == "NodeWatch" for r in read_records(str(lost_dir))[0]):
+            assert time.monotonic() < deadline, "no NodeWatch actor recorded on the node to lose"
+            time.sleep(0.5)
+        time.sleep(3)  # its watch answers
+        lost.kill()
+        killed = time.monotonic()
+        returncode = driver.wait(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        end(driver, hold, log)
+    assert lost.processes() == [], lost.processes()  # nothing of the node runs
+    text = (tmp_path / "driver.log").read_text()
+    assert returncode == 1 and took < 30, (returncode, took, text[-4000:])
+    assert f"JobProcessLost: a process of this job was lost while it trained: ray-node 127.0.0.1 node {node_id}" \
+        in text, text[-4000:]
+    first = status_of(runner_dir)["outcome"]["first_failure"]
+    assert first["role"].startswith(f"ray-node 127.0.0.1 node {node_id}"), first
+    print(f"a whole namespaced node lost: the job ended {took:.1f} s later, named {first['role']!r}: {first['how']}")

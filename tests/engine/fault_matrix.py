@@ -152,7 +152,8 @@ def row(cell: str, job: Job, timeout: float) -> tuple[list[str], Outcome]:
     first = (job.status_json(status_dir) if job.returncode in (0, 1) else {}).get("outcome", {}).get(
         "first_failure") or {}
     node = cell.endswith("/node-far")
-    faulted = str(first.get("role")).startswith("ray-node") if node else first.get("pid") == job.killed
+    faulted = str(first.get("role")).startswith("ray-node") if node else \
+        (first.get("host"), first.get("pid")) == (job.killed_host, job.killed)
     which = ("the faulted node" if node else "the killed process") if faulted else "ANOTHER"
     named = f"{first.get('role')} ({which}): {first.get('how')}" if first else "nothing"
     timed_out = job.fault_to_end is None or job.fault_to_end >= timeout - 1

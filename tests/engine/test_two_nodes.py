@@ -1,9 +1,12 @@
 """Training across two Ray nodes: verl's own ``main_ppo`` with ``trainer.nnodes=2`` on a loopback cluster of two
 raylets, each recording in its own status directory (as two machines do), the plugin's gates set in the driver only.
 
+The second node runs in PID, UTS and mount namespaces of its own (``tests/nsnode.py``): its own host name, its own
+``/proc`` and pids, as another machine to the plugin.
+
 - ``two-nodes``: verl places one actor rank (with its rollout replica) on each node; the cluster check at the job's
   start finds both alike; both nodes' records show the patches applied and acting; the vLLM EngineCore on the node
-  verl's TaskRunner is not on is SIGKILLed once step 1's checkpoint is complete: the job ends within seconds (the
+  verl's TaskRunner is not on is SIGKILLed once step 2's checkpoint is complete: the job ends within seconds (the
   watch on every node), and ``verl-ascend status --ray`` (both nodes' records, while the cluster still runs) and
   ``verl-ascend status --dir`` on the TaskRunner's node's directory alone (the other node's records gathered there)
   name that EngineCore first.
@@ -41,8 +44,12 @@ def test_a_job_on_two_nodes_records_on_both_and_a_lost_engine_core_on_the_second
             assert rec["patches"][patch]["exercised"] is True, (rec["pid"], patch)
     # the killed process is an EngineCore on the node the TaskRunner is not on: that node's watch saw it (the
     # TaskRunner's host's records cannot), and the job ended within seconds (a hang before the watch on every node)
-    (core,) = [r for r in done.records() if r.get("pid") == done.killed]
+    (core,) = [r for r in done.records() if (r.get("host"), r.get("pid")) == (done.killed_host, done.killed)]
     assert core["role"] == "engine-core", core
+    # the second node is another machine to the plugin (namespaces of its own, tests/nsnode.py): its own host name;
+    # the EngineCore killed is on the node the TaskRunner is not on (Ray places the TaskRunner on either)
+    (runner,) = [r for r in done.records() if str(r.get("actor_class")).startswith("TaskRunner")]
+    assert head["host"] != second["host"] and core["host"] != runner["host"], (head, second, core, runner)
     assert done.fault_to_end is not None and done.fault_to_end <= 30, done.explain()
     print(f"two-nodes: the far node's EngineCore pid {done.killed} killed; the job ended {done.fault_to_end:.1f} s "
           "later")
@@ -58,21 +65,23 @@ def test_a_job_on_two_nodes_records_on_both_and_a_lost_engine_core_on_the_second
     # node's records gathered there): both name the EngineCore first
     report = done.post_mortem
     assert report is not None and report["exit_code"] == 1, report
-    gathered = {p["pid"] for p in report["processes"]}
-    assert {head["pid"], second["pid"], core["pid"]} <= gathered, gathered
+    gathered = {(p["host"], p["pid"]) for p in report["processes"]}
+    assert {(r["host"], r["pid"]) for r in (head, second, core)} <= gathered, gathered
     first = report["outcome"]["first_failure"]
-    assert report["outcome"]["state"] == "failed" and first["pid"] == core["pid"], first
+    assert report["outcome"]["state"] == "failed" and (first["host"], first["pid"]) == (core["host"], core["pid"]), \
+        first
     assert report["without_plugin"] == [], report["without_plugin"]
     alone = done.status_json(done.trainer_status_dir())
     first = alone["outcome"]["first_failure"]
-    assert alone["outcome"]["state"] == "failed" and first["pid"] == core["pid"], alone["outcome"]
+    assert alone["outcome"]["state"] == "failed" and (first["host"], first["pid"]) == (core["host"], core["pid"]), \
+        alone["outcome"]
     assert first["how"].startswith("ended without a word, seen dead by the job watch of node"), first
     # where the watch's finding ended the TaskRunner, its end says so (after JobProcessLost); nothing claims more
-    # than was done: the last whole checkpoint is step 1's (the kill came after it)
+    # than was done: the last whole checkpoint is step 2's (the kill came after it)
     ended_by = [p["actor_class"] for p in alone["processes"] if (p.get("ended") or {}).get("error")
                 and p["ended"]["error"][0]["type"] == "JobProcessLost"]
     assert ended_by == (["TaskRunnerV1"] if watch_ended else []), ended_by
-    assert (done.checkpoints / TRACKER).read_text().strip() == "1", done.explain()
+    assert (done.checkpoints / TRACKER).read_text().strip() == "2", done.explain()
 
 
 def test_a_second_node_without_the_plugin_stops_the_job_before_training(jobs: Jobs) -> None:

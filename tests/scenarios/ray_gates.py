@@ -98,6 +98,7 @@ class HoldRunner:
     killed by the test on the head node), writes their pids to ready.json and waits for the test's ``go`` file."""
 
     def run(self, config) -> None:
+        import socket
         import time
 
         import verl  # noqa: F401  (like verl's TaskRunner, this worker boots the plugin)
@@ -114,7 +115,7 @@ class HoldRunner:
             p for p, n in zip(pin, nodes, strict=True) if n["NodeID"] != own)
         holders["victim"] = Holder.options(scheduling_strategy=victim).remote()
         info = {name: ray.get(h.describe.remote()) for name, h in holders.items()}
-        info["runner"] = {"pid": os.getpid(), "node_id": own}
+        info["runner"] = {"pid": os.getpid(), "host": socket.gethostname(), "node_id": own}
         if BLOCK:
             holders["victim"].block.remote()
         with open(os.path.join(HOLD_DIR, "ready.json.tmp"), "w") as f:

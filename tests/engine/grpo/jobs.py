@@ -125,11 +125,13 @@ JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
             save_every=1, recipe="glm5_2_megatron_fully_async", resumes="fully-async"),
     # two Ray nodes (tests/engine/test_two_nodes.py): verl places one actor rank (and its rollout replica) on each;
     # each node records in its own status directory. The vLLM EngineCore on the node the TaskRunner is not on is
-    # SIGKILLed once step 1's checkpoint is complete (before the watch on every node: a hang, issue 60): the job ends
+    # SIGKILLed once step 2's checkpoint is complete (before the watch on every node: a hang, issue 60): the job ends
     # within seconds (the far node's watch, or vLLM's EngineDeadError reaching the TaskRunner first when a call to that
     # server was in flight: by timing), that EngineCore named first, by `status --ray` and by `status --dir` on the
     # trainer's host alone
-    JobSpec("two-nodes", verl="0.9.0", nodes=2, steps=2, save_every=1, kill="engine-core-far@saved-1",
+    # (step 2, not 1: step 1's metrics line, printed after its save, then stands before the fault; the watch can end
+    # the job before the faulted step's line is printed)
+    JobSpec("two-nodes", verl="0.9.0", nodes=2, steps=3, save_every=1, kill="engine-core-far@saved-2",
             planned="JobProcessLost|EngineDeadError"),
     # the second node's environment leaves the plugin out: the cluster check stops the job before training
     JobSpec("two-nodes-hidden", verl="0.9.0", nodes=2, second_node=HIDDEN, steps=1, save_every=1,
