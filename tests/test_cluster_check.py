@@ -118,3 +118,21 @@ def test_an_unknown_mode_stops_the_driver_naming_the_variable(cluster, tmp_path:
     code, log, ran = job(cluster, tmp_path, **{MODE: "sometimes"})
     assert code != 0 and ran is None
     assert f"{MODE}='sometimes' is not a mode of the cluster check" in log, log[-4000:]
+
+
+def test_an_actor_whose_record_predates_it_still_ties_its_ray_job_to_the_records() -> None:
+    """A record written before its process became an actor (no actor id in it: a short-lived actor killed by Ray
+    within the flusher's delay, seen in CI under load) still names its Ray job, by its address and pid: the actor of
+    that job that left no record is named; an actor of another job, or one that never got a process, is not."""
+    from verl_ascend_ext.tooling.cluster.status_ray import without_record
+
+    def actor(actor_id: str, job: str, pid: int, ip: str = "10.0.0.1") -> dict:
+        return {"actor_id": actor_id, "job_id": job, "pid": pid, "ip": ip}
+
+    actors = [actor("runner", "job-a", 11), actor("hidden", "job-a", 12, "10.0.0.2"), actor("never", "job-a", 0),
+              actor("other", "job-b", 13, "10.0.0.2")]
+    early = [{"ip": "10.0.0.1", "pid": 11, "actor_id": None}]  # the runner's record, written at its boot
+    assert [a["actor_id"] for a in without_record(actors, early)] == ["hidden"]
+    assert without_record(actors, [{"ip": "10.0.0.9", "pid": 11, "actor_id": None}]) == []  # no actor of it: no job
+    named = [{"ip": "10.0.0.3", "pid": 99, "actor_id": "runner"}]  # its actor id, as before
+    assert [a["actor_id"] for a in without_record(actors, named)] == ["hidden"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -135,7 +136,9 @@ def test_a_worker_lost_on_another_node_ends_the_job_named_and_status_on_the_trai
     assert (first["host"], first["pid"]) == (victim["host"], victim["pid"]), first
     assert first["how"].startswith("ended without a word, seen dead by the job watch of node"), first
     gathered = [p for p in report["processes"] if (p["host"], p["pid"]) == (victim["host"], victim["pid"])]
-    assert gathered and gathered[0]["alive"] is False, gathered  # the gathered copy of the victim's record
+    # the gathered copy of the victim's record: dead where its host is this machine; another host's liveness is not
+    # judged here (unknown), its death known from the watch's notice (above)
+    assert gathered and gathered[0]["alive"] is (False if victim["host"] == socket.gethostname() else None), gathered
 
 
 def test_a_node_whose_watch_stops_answering_is_lost_and_named(cluster, tmp_path: Path) -> None:

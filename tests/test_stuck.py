@@ -108,3 +108,27 @@ def test_a_rank_on_its_way_to_a_barrier_it_never_reached_is_not_taken_for_one_wa
     blocked = rank(1, "update_then_fault", "update_weights", "async_inner", "_with_kv_barrier", "barrier_before_kv")
     waiting = rank(0, "bounded_barrier", "run", "_worker")
     assert [a["pid"] for a in apart([waiting, blocked])] == [1]
+
+
+def test_the_one_process_of_the_job_in_no_waiting_place_is_named_apart_even_alone_of_its_kind() -> None:
+    """Where each process of a stuck hybrid job waited in CI's stuck cell (their innermost frames), with one process
+    held in native code: the rollouter (one of a kind), or one of two engine workers (no collective between them).
+    Alone in no waiting place, it is named; where two are, neither is (their stacks are shown, not guessed at)."""
+    idle = [proc(1, "driver", None, "get_objects", "get"), proc(2, "ray-worker", "TaskRunnerV1", "get_objects", "get"),
+            proc(3, "vllm-worker", None, "poll", "wait", "acquire_read"),
+            proc(4, "engine-core", None, "wait", "get", "_process_input_queue"),
+            proc(5, "vllm-frontend", "vLLMHttpServer", "select", "wait", "monitor_engine_liveness"),
+            proc(6, "ray-worker", "TransferQueueController", "recv_multipart", "_process_request_loop"),
+            proc(7, "ray-worker", "AgentLoopWorker", "_worker", "run"),
+            proc(8, "ray-worker", "MessageQueue", "main_loop")]
+    rollouter = proc(9, "ray-worker", "FullyAsyncRollouter", "hold_in_native_code", "block_at_sample")
+    assert [a["pid"] for a in apart([*idle, rollouter])] == [9]
+    worker = proc(10, "vllm-worker", None, "hold_in_native_code", "wake_up_then_block", "wake_up")
+    assert [a["pid"] for a in apart([*idle, worker])] == [10]
+    assert apart(idle) == [] and apart([*idle, rollouter, worker]) == []
+
+
+def proc(pid: int, role: str, actor_class: str | None, *funcs: str) -> dict:
+    """A process's answer whose main thread waits in ``funcs`` (innermost first)."""
+    return {"pid": pid, "role": role, "actor_class": actor_class, "host": "h", "threads": [
+        {"ident": 1, "current": True, "frames": [{"file": f"{f}.py", "line": 1, "func": f} for f in funcs]}]}

@@ -29,6 +29,11 @@ import json
 import os
 import sys
 
+if os.environ.get("ENGINE_COMPILE") != "1":  # before torch: an eager engine compiles nothing worth its cost here
+    # vLLM-CPU's sampler is torch.compile'd even in an eager engine; inductor's ISA probes cost each engine start ~16 s
+    # of a core (benchmarks/engine_startup.py --dynamo); the compiled engine (ENGINE_COMPILE=1) keeps dynamo
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
 from engine_probe import core_state, process_state  # tests/engine/probe, on PYTHONPATH
 
 PROMPTS = ["the engine wakes up after sleep and", "a tiny model serves greedy tokens on the"]

@@ -21,12 +21,19 @@ whole and, with ``--resume``, resumes); the script exits 1 when any cell missed,
 CI runs the cells that ride its jobs (``tests/engine``: actor rank 1 in hybrid mode, trainer rank 1 and the
 EngineCore in fully-async mode, the EngineCore in hybrid mode, a stalled rank, the route check over a whole
 step's corrupted routes, the EngineCore on the node the TaskRunner is not on of a job on two nodes). The two-node
-cells (``two-nodes/...``) fault the node verl's TaskRunner is not on; their status column reads the TaskRunner's
-node's status directory alone (the other node's records gathered there); ``node-far`` kills that whole node (its
-raylet and every process it started) and fires only where that node is not the head (killing the head is losing
-the cluster's GCS: another failure). The stuck cell (``stuck/block-rank1``, the hybrid job) holds actor rank 1 in a
+cells (``two-nodes/...``, ``fully-async-two-nodes/...``: the trainer's ranks on the head, the rollout replica on the
+second node, as the recipe's trainer nodes and rollout nodes) fault the node that holds none of the training's
+driving actors (verl's TaskRunner; fully-async: its task runner and trainer), the second node in namespaces of its
+own (``tests/nsnode.py``: another machine to the plugin); their status column reads the status directory of the
+node that drives the training alone (the other node's records gathered there); ``node-far`` kills that whole node
+(its PID 1: every process of it) and fires only where that node is not the head (killing the head is losing the
+cluster's GCS: another failure); a far cell whose placement left no such node is run again (``PLACEMENT_TRIES``).
+The stuck cell (``stuck/block-rank1``, the hybrid job) holds actor rank 1 in a
 native call after its step-1 weight update: nothing dies, the job watch's stuck check (floor lowered to
-``STUCK_FLOOR``) must end the job and name that rank apart; its seconds run from the last completed step. The
+``STUCK_FLOOR``) must end the job and name that rank apart; its seconds run from the last completed step. The same
+for ``stuck/engine-never-answers`` (a vLLM worker of the hybrid job held in native code in a wake-up: the engine
+never answers, alive and not stopped) and ``stuck/fully-async-starved`` (the fully-async rollouter held in native
+code: the trainer starved of samples), each naming the held process apart. The
 one-rank route check (``moe/route-check-one-sample``: one sample's routes corrupted) is a cell here: its seconds run
 from the check's error to the driver's end.
 """
@@ -51,8 +58,11 @@ HYBRID = JobSpec("hybrid", verl="0.9.0", steps=2, save_every=1)
 FULLY_ASYNC = JobSpec("fully-async", verl="0.9.0", mode="fully-async", actor="megatron",
                       layout={"tensor_model_parallel_size": 2}, steps=3, save_every=1,
                       recipe="glm5_2_megatron_fully_async")
-# two Ray nodes (each its own status directory, as two machines): the faults on the node verl's TaskRunner is not on
+# two Ray nodes (each its own status directory, the second in namespaces of its own: as two machines): the faults on
+# the node that holds none of the training's driving actors (job.TRAINING: verl's TaskRunner; fully-async: its task
+# runner and trainer); fully-async: the trainer's ranks on the head, the rollout replica on the second node
 TWO_NODES = JobSpec("two-nodes", verl="0.9.0", nodes=2, steps=2, save_every=1)
+FULLY_ASYNC_TWO_NODES = replace(FULLY_ASYNC, name="fully-async-two-nodes", nodes=2)
 FAULTS = (
     (HYBRID, ("trainer-rank1", "engine-core", "stop:engine-core", "vllm-worker", "actor:AgentLoopWorkerTQ",
              "actor:vLLMHttpServer", "actor:TaskRunnerV1")),
@@ -61,6 +71,7 @@ FAULTS = (
     (FULLY_ASYNC, ("trainer-rank1", "actor:FullyAsyncRollouter", "actor:MessageQueue", "engine-core",
                   "stop:engine-core", "vllm-worker", "actor:CheckpointEngineWorker", "actor:AgentLoopWorker",
                   "actor:vLLMHttpServer")),
+    (FULLY_ASYNC_TWO_NODES, ("engine-core-far", "node-far")),
 )
 # a stopped process is lost after VERL_ASCEND_EXT_JOB_WATCH_STOPPED_TIMEOUT seconds (default 600); the stop cells
 # lower it so that the matrix measures the bound ending the job, not the default's ten minutes
@@ -80,11 +91,26 @@ CELLS[ROUTE_CELL] = replace(JOBS["moe"], name="moe-route-check-one-sample",
 # in a native call that keeps the GIL right after its weight update at step 1's end (after that save), the
 # weight-sync barrier's own bound raised out of the way; rank 0 waits in the barrier's gloo collective
 STUCK_FLOOR = 10
-PLACEMENT_TRIES = 4  # runs of a node-far cell until Ray places the TaskRunner on the head (about half the time)
+PLACEMENT_TRIES = 4  # runs of a far cell until Ray places the training's driving actors on one node (node-far: the
+# head), about half the time
 STUCK_CELL = "stuck/block-rank1"  # the hybrid job, nothing killed
+FLOOR = {"VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT": str(STUCK_FLOOR)}
 CELLS[STUCK_CELL] = replace(HYBRID, name="hybrid-stuck-block-rank1", faults={
     "GRPO_PROBE_FAULT": "block", "GRPO_PROBE_FAULT_RANK": "1", "GRPO_PROBE_FAULT_SYNC": "2",
-    "VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT": "3600", "VERL_ASCEND_EXT_JOB_STUCK_TIMEOUT": str(STUCK_FLOOR)})
+    "VERL_ASCEND_EXT_WEIGHT_SYNC_BARRIER_TIMEOUT": "3600", **FLOOR})
+# the rollout engine never answering (alive, not stopped): a vLLM worker held in native code at its 5th wake-up (two
+# a weight sync: the trainer's first, then one after each step's save: the 5th follows step 2's), before step 3's
+# generation; its EngineCore, its server and the trainer wait on it
+ENGINE_CELL = "stuck/engine-never-answers"
+CELLS[ENGINE_CELL] = replace(HYBRID, name="hybrid-stuck-engine-never-answers", steps=3,
+                             faults={"GRPO_PROBE_BLOCK_ENGINE_WAKE": "5", **FLOOR})
+# the fully-async trainer starved of samples: the rollouter held in native code as it starts its 5th sample (step 3's
+# first: 2 prompts a step)
+STARVED_CELL = "stuck/fully-async-starved"
+CELLS[STARVED_CELL] = replace(FULLY_ASYNC, name="fully-async-stuck-starved",
+                              faults={"GRPO_PROBE_BLOCK_ROLLOUTER": "5", **FLOOR})
+# each stuck cell: what the verdict must name apart (the process the fault held)
+STUCK_CELLS = {STUCK_CELL: "WorkerDict rank 1", ENGINE_CELL: "vllm-worker", STARVED_CELL: "FullyAsyncRollouter"}
 
 
 def last_whole_checkpoint(job: Job) -> str:
@@ -123,9 +149,9 @@ def route_row(job: Job) -> tuple[list[str], Outcome]:
     return [ROUTE_CELL, str(job.returncode), "-" if seconds is None else f"{seconds:.1f}", named, checkpoint], outcome
 
 
-def stuck_row(job: Job) -> tuple[list[str], Outcome, float | None]:
+def stuck_row(cell: str, job: Job) -> tuple[list[str], Outcome, float | None]:
     """A stuck cell: the seconds from the job's last progress (its last completed step, as the verdict dates it) to
-    the driver's end, and whether the verdict names the blocked rank apart; the verdict's bound for the judgement."""
+    the driver's end, and whether the verdict names the held process apart; the verdict's bound for the judgement."""
     report = job.status_json() if job.returncode in (0, 1) else {}
     stuck = report.get("outcome", {}).get("stuck") or {}
     pid = (report.get("outcome", {}).get("driver") or {}).get("pid")
@@ -135,9 +161,9 @@ def stuck_row(job: Job) -> tuple[list[str], Outcome, float | None]:
     apart = "; ".join(stuck.get("apart") or []) or "nobody"
     named = f"STUCK (bound {stuck['bound_s']:.0f} s); apart: {apart}" if stuck else "no stuck verdict"
     checkpoint = last_whole_checkpoint(job)
-    outcome = Outcome(job.returncode, bool(stuck), seconds, "WorkerDict rank 1" in apart, checkpoint)
+    outcome = Outcome(job.returncode, bool(stuck), seconds, STUCK_CELLS[cell] in apart, checkpoint)
     after = "-" if seconds is None else f"{seconds:.1f} (from the last step)"
-    return [STUCK_CELL, str(job.returncode), after, named, checkpoint], outcome, stuck.get("bound_s")
+    return [cell, str(job.returncode), after, named, checkpoint], outcome, stuck.get("bound_s")
 
 
 def row(cell: str, job: Job, timeout: float) -> tuple[list[str], Outcome]:
@@ -186,15 +212,15 @@ def main() -> int:
     for cell in chosen:
         spec = CELLS[cell]
         job = run(spec, workdir / spec.name, timeout=args.timeout)
-        for attempt in range(2, PLACEMENT_TRIES + 1):  # node-far fires where Ray put the TaskRunner on the head
-            if not cell.endswith("/node-far") or job.killed is not None:
+        for attempt in range(2, PLACEMENT_TRIES + 1):  # a far cell fires where Ray left a node to the rest
+            if not cell.endswith("-far") or job.killed is not None:
                 break
-            print(f"{cell}: the TaskRunner ran on the second node (the far node is the head): attempt {attempt}",
-                  flush=True)
+            print(f"{cell}: no node without the training's driving actors (or, node-far, only the head): attempt "
+                  f"{attempt}", flush=True)
             job = run(spec, workdir / f"{spec.name}-{attempt}", timeout=args.timeout)
         bound = STOPPED_TIMEOUT if cell.split("/")[1].startswith("stop:") else None
-        if cell == STUCK_CELL:
-            cells, outcome, bound = stuck_row(job)
+        if cell in STUCK_CELLS:
+            cells, outcome, bound = stuck_row(cell, job)
         else:
             cells, outcome = row(cell, job, args.timeout)
         if args.resume:

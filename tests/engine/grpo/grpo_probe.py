@@ -39,6 +39,14 @@ Does nothing unless its variables are set:
   it in a native call that keeps the GIL (libc's ``sleep`` through ``ctypes.PyDLL``: a rank stuck in C) and
   ``kill`` ends the process with SIGKILL (as the OOM killer would: nothing runs after it). Nothing is written
   anywhere: what the job's records say about it is what the plugin saw.
+- ``GRPO_PROBE_BLOCK_ENGINE_WAKE=N``: the rollout engine that never answers (alive, not stopped): the first vLLM
+  worker process to reach its N-th ``wake_up`` (verl wakes each replica once or twice a step, before its weight
+  update and its KV cache's resume) holds there in a native call that keeps the GIL, for ever; its EngineCore waits
+  on it, the server on the EngineCore, the trainer on the server. One worker only (the first to create
+  ``GRPO_PROBE_TOKENS/engine-blocked``).
+- ``GRPO_PROBE_BLOCK_ROLLOUTER=K``: the fully-async trainer starved of samples: verl's ``FullyAsyncRollouter`` holds
+  in a native call that keeps the GIL as it starts its K-th sample (``_process_single_sample_streaming``), for ever:
+  no sample reaches the message queue after it, the trainer waits for them.
 - ``GRPO_PROBE_TIME_ROUTE_CHECK=DIR``: each call of the plugin's R3 route check
   (``routing.patch_code.check_routes_before_replay``, once per micro-batch on each actor rank) appends to
   ``DIR/<pid>.jsonl`` ``{"added": seconds}``: the call's time less verl's
@@ -68,6 +76,8 @@ DROP_UNDER = os.environ.get("GRPO_PROBE_DROP_EXPORT_UNDER", "")
 CORRUPT = os.environ.get("GRPO_PROBE_CORRUPT_ROUTES")
 TIME_CHECK = os.environ.get("GRPO_PROBE_TIME_ROUTE_CHECK")
 FAULT = os.environ.get("GRPO_PROBE_FAULT")
+BLOCK_ENGINE_WAKE = os.environ.get("GRPO_PROBE_BLOCK_ENGINE_WAKE")
+BLOCK_ROLLOUTER = os.environ.get("GRPO_PROBE_BLOCK_ROLLOUTER")
 FAULTS = ("stall", "kill", "block")
 if FAULT is not None and FAULT not in FAULTS:
     raise ValueError(f"GRPO_PROBE_FAULT={FAULT!r}: expected one of {FAULTS}")
@@ -177,13 +187,56 @@ if FAULT:
             if kwargs.get("base_sync_done", True) and os.environ.get("RANK") == rank and next(calls) == at:
                 if FAULT == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
-                if FAULT == "block":  # in native code holding the GIL, as a rank stuck in C would be
-                    while True:  # libc's sleep returns early when a signal comes (the stacks' request)
-                        ctypes.PyDLL(None).sleep(3600)
+                if FAULT == "block":
+                    hold_in_native_code()
                 time.sleep(3600)  # stall: until the job is torn down
             return out
 
         adapter.update_weights = update_then_fault
+
+
+def hold_in_native_code() -> None:
+    """For ever in native code that keeps the GIL, as a process stuck in C would be (libc's ``sleep`` through
+    ``ctypes.PyDLL``, which does not release the GIL)."""
+    while True:  # libc's sleep returns early when a signal comes (the stacks' request)
+        ctypes.PyDLL(None).sleep(3600)
+
+
+if BLOCK_ENGINE_WAKE:
+    @wrapt.when_imported("vllm.v1.worker.cpu_worker")
+    def _block_engine_at_wake_up(module: ModuleType) -> None:
+        worker = module.CPUWorker
+        wake_up = worker.wake_up
+        calls = itertools.count(1)
+
+        def wake_up_then_block(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = wake_up(self, *args, **kwargs)
+            if next(calls) == int(BLOCK_ENGINE_WAKE) and TOKENS:
+                try:  # the first worker there, and no other
+                    os.close(os.open(os.path.join(TOKENS, "engine-blocked"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    return out
+                hold_in_native_code()
+            return out
+
+        worker.wake_up = wake_up_then_block
+
+
+if BLOCK_ROLLOUTER:
+    @wrapt.when_imported("verl.experimental.fully_async_policy.fully_async_rollouter")
+    def _block_rollouter(module: ModuleType) -> None:
+        # a Ray actor class (``@ray.remote``): the class Ray made of verl's, which holds its own copy of each method
+        # (what Ray pickles for the actor's process)
+        rollouter = module.FullyAsyncRollouter.__ray_metadata__.modified_class
+        process = rollouter._process_single_sample_streaming
+        calls = itertools.count(1)
+
+        async def block_at_sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if next(calls) == int(BLOCK_ROLLOUTER):
+                hold_in_native_code()
+            return await process(self, *args, **kwargs)
+
+        rollouter._process_single_sample_streaming = block_at_sample
 
 
 if TIME_CHECK:

@@ -112,9 +112,11 @@ class Job:
                 if not rec["namespace"].startswith(GATHERED)]
 
     def trainer_status_dir(self) -> Path:
-        """The status directory of the node verl's TaskRunner ran on (where the other nodes' records are gathered)."""
+        """The status directory of the node whose process ran the trainer's ``fit`` (verl's TaskRunner; fully-async:
+        its trainer), where the job watch gathers the other nodes' records."""
+        fit = "FullyAsyncTrainer" if self.spec.mode == "fully-async" else "TaskRunner"
         (found,) = [d for d in node_status_dirs(self.directory, self.spec.nodes)
-                    if any(str(r.get("actor_class")).startswith("TaskRunner") for r in own_records(d))]
+                    if any(str(r.get("actor_class")).startswith(fit) for r in own_records(d))]
         return found
 
     def by_role(self) -> dict[str, list[dict[str, Any]]]:
@@ -186,6 +188,7 @@ class Job:
 
 SYNC_ENTRY, FULLY_ASYNC_ENTRY = "verl.trainer.main_ppo", "verl.experimental.fully_async_policy.fully_async_main"
 NODE_STATUS = "GRPO_NODE_STATUS_DIR"  # each raylet's own status directory (a job on several nodes)
+TRAINING = ("TaskRunner", "FullyAsyncTaskRunner", "FullyAsyncTrainer")  # the Ray actors that drive the training
 
 
 def own_records(status_dir: Path) -> list[dict[str, Any]]:
@@ -257,7 +260,9 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
     actor = megatron_overrides(dict(spec.layout), moe=moe) if megatron else FSDP2_ACTOR
 
     def command(address: str) -> list[str]:
-        own = common(MODELS[spec.model], actor, spec.ranks, address, checkpoints, nodes=spec.nodes)
+        # fully-async on several nodes: the trainer on the head alone, the rollout on the other node (node_gpus)
+        trainer_nodes = 1 if spec.mode == "fully-async" else spec.nodes
+        own = common(MODELS[spec.model], actor, spec.ranks, address, checkpoints, nodes=trainer_nodes)
         if spec.mode == "fully-async":
             own += fully_async_overrides(steps=spec.steps, save_freq=spec.save_every)
             entry = FULLY_ASYNC_ENTRY
@@ -267,8 +272,7 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
             entry = SYNC_ENTRY
         return [sys.executable, "-m", entry, "--config-name", config, *merged(own, recipe)]
 
-    # Ray's fake GPUs: the actor ranks, and the teacher's replica (sync) or the rollout's replica (fully-async)
-    gpus = spec.ranks + (1 if spec.mode == "fully-async" else int(spec.teacher))
+    gpus = node_gpus(spec)
     log_path = directory / "job.log"
     started = time.monotonic()
     killer: RankKiller | None = None
@@ -276,10 +280,10 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
     ended = started
     with open(log_path, "w") as log:
         try:
-            others = [{"num_gpus": gpus // spec.nodes, "env_vars": {NODE_STATUS: str(d), "VERL_ASCEND_EXT_STATUS_DIR":
-                                                                   str(d), **spec.second_node}}
-                      for d in status_dirs[1:]]
-            head, address = start_ray(gpus // spec.nodes, cluster_env, log, others)
+            others = [{"num_gpus": n, "env_vars": {NODE_STATUS: str(d), "VERL_ASCEND_EXT_STATUS_DIR": str(d),
+                                                   **spec.second_node}}
+                      for n, d in zip(gpus[1:], status_dirs[1:], strict=True)]
+            head, address = start_ray(gpus[0], cluster_env, log, others)
             argv = command(address)
             (directory / "argv.json").write_text(json.dumps(argv, indent=1))
             proc = subprocess.Popen(argv, env=driver_env, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
@@ -332,10 +336,10 @@ class RankKiller(threading.Thread):
     actor rank whose record is in the second node's status directory: a job on two nodes), a role (``engine-core``,
     ``vllm-worker``: the lowest live pid of them), ``actor:CLASS`` (a Ray actor of that class:
     ``actor:FullyAsyncRollouter``, ``actor:MessageQueue``, ``actor:vLLMHttpServer``, ...), any of these with
-    ``-far`` (of those on a node verl's TaskRunner is not on: a job on two nodes), or ``node-far`` (that whole node
+    ``-far`` (of those on a node that holds none of ``TRAINING``: a job on two nodes), or ``node-far`` (that whole node
     at once, when it is not the head: the PID 1 of its namespaces (``tests/nsnode.py``), the kernel kills the rest;
     ``killed`` is then that PID 1's pid here). A node other than the head runs in namespaces of its own: its records'
-    pids are its own, mapped to this namespace's to be signalled (``node_pid``)."""
+    pids are its own, mapped to this namespace's to be signalled (``node_namespace``, ``nsnode.outer``)."""
 
     ROLES = ("engine-core", "vllm-worker")
 
@@ -362,9 +366,10 @@ class RankKiller(threading.Thread):
         return int(text) if text.isdigit() else 0
 
     def far_dirs(self) -> list[Path]:
-        """The status directories of the nodes verl's TaskRunner is not on."""
+        """The status directories of the nodes that hold none of the processes driving the training (verl's
+        TaskRunner; fully-async: its task runner and its trainer, whose ``fit`` the job watch runs in)."""
         return [d for d in self.status_dirs
-                if not any(str(r.get("actor_class")).startswith("TaskRunner") for r in own_records(d))]
+                if not any(str(r.get("actor_class")).startswith(TRAINING) for r in own_records(d))]
 
     def targets(self) -> list[tuple[dict[str, Any], int]]:
         """What to signal: each process's record (a stand-in for a node) and its pid here."""
@@ -430,6 +435,16 @@ def _overlay_searchpath(override: str, verl: str) -> str:
     if verl in OVERLAY and override.startswith("hydra.searchpath="):
         return f"hydra.searchpath=[file://{OVERLAY[verl] / 'verl' / 'trainer' / 'config'}]"
     return override
+
+
+def node_gpus(spec: JobSpec) -> list[int]:
+    """Ray's fake GPUs on each node (the head first): the actor ranks, and the teacher's replica (sync) or the
+    rollout's replica (fully-async), spread evenly; fully-async on several nodes: the trainer's ranks on the head
+    (verl's trainer pool asks one node for them: placed first, STRICT_PACK), the rollout replica on node 1."""
+    if spec.mode == "fully-async" and spec.nodes > 1:
+        return [spec.ranks, 1] + [0] * (spec.nodes - 2)
+    gpus = spec.ranks + (1 if spec.mode == "fully-async" else int(spec.teacher))
+    return [gpus // spec.nodes] * spec.nodes
 
 
 def start_ray(gpus: int, env: dict[str, str], log: IO[str], others: list[dict[str, Any]] | None = None

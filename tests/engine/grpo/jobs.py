@@ -62,8 +62,10 @@ class JobSpec:
     recipe: str | None = None  # the shipped recipe whose overrides the job takes (``grpo/recipe_overrides.py``)
     kill: str = ""  # a fault: "trainer-rank1@saved-N" or "engine-core@saved-N", SIGKILL once step N's checkpoint is
     # complete (job.RankKiller)
-    nodes: int = 1  # Ray nodes (raylets of their own on this machine, each with its own status directory): the ranks
-    # spread over them by verl's placement (trainer.nnodes)
+    nodes: int = 1  # Ray nodes (raylets of their own on this machine, each with its own status directory, every one
+    # but the head in namespaces of its own: tests/nsnode.py): the ranks spread over them by verl's placement
+    # (trainer.nnodes); fully-async: the trainer's ranks on the head, the rollout replica on node 1 (trainer nodes and
+    # rollout nodes, as the recipe's 16 + 16)
     second_node: Mapping[str, str] = field(default_factory=dict)  # what the second node's raylet environment adds
 
     def __post_init__(self) -> None:

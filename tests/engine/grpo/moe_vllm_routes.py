@@ -21,6 +21,8 @@ import os
 import sys
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# an eager engine (enforce_eager): its compiled sampler's ISA probes cost ~16 s a start (see drive.py)
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 import moe_vllm_cpu  # noqa: F401  (before vLLM: its post-import hook)
 import verl_cpu_test_platform  # noqa: F401  (before vLLM: keeps the linear weights verl's update loads into)

@@ -10,8 +10,12 @@ completing is never stuck: each completed step resets the clock, and a slower st
 
 ``apart`` reads the stacks of a stuck job (``records.stacks``): within each kind of process (role and actor class)
 of which there are several, one that waits elsewhere than all the others, which share one place, is the one the
-others wait on (the one rank not in the collective); a process that did not answer is apart too. Only the standard
-library is imported (and ``records.stacks``).
+others wait on (the one rank not in the collective); a process that did not answer is apart too; and where a single
+process of the whole job waits in none of the places a process waits for work or for another (``WAITS``: its
+innermost frame a poll, a select, a condition's wait, a queue's get, Ray's get, zmq's receive...; or a collective),
+that one is where the job's work stopped (a rollouter or an engine worker held in native code: one of a kind, or one
+of two that are not ranks of a collective). Where several are, none is named by that rule (their stacks are still
+shown). Only the standard library is imported (and ``records.stacks``).
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ def where(answer: dict[str, Any], depth: int = 4) -> tuple[tuple[Any, ...], ...]
 
 def apart(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The processes the rest of their kind wait on (see the module): each kind of several processes where all but
-    one share a place; and every process that did not answer."""
+    one share a place; every process that did not answer; the one process of the job, where only one is, that waits
+    in no known waiting place."""
     out = [a for a in answers if "threads" not in a]
     kinds: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for answer in answers:
@@ -97,7 +102,24 @@ def apart(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
             small = min(places.values(), key=len)
             if len(small) == 1:
                 out += small
+    working = [a for a in answers if "threads" in a and _working(a)]
+    if len(working) == 1 and not any(a is working[0] for a in out):
+        out += working
     return out
+
+
+# where a process waits for work or for another (its innermost Python frame: a C call it makes, such as libc's
+# ``sleep`` or a lock's acquire, is not a frame of its own): a poll or select, a condition's or an event's wait, a
+# queue's get, Ray's get of objects or its task loop, zmq's receive, a thread pool's idle worker, a join
+WAITS = frozenset(("wait", "poll", "select", "get", "get_objects", "recv", "recv_multipart", "recv_pyobj", "acquire",
+                   "_worker", "main_loop", "accept", "join", "run_forever", "_run_once", "read", "readline",
+                   "acquire_read", "dequeue"))
+
+
+def _working(answer: dict[str, Any]) -> bool:
+    """Waiting in none of ``WAITS`` and in no collective: where its work stopped (or still working)."""
+    place = where(answer, depth=1)
+    return bool(place) and str(place[0][2]) not in WAITS and not _in_collective(answer)
 
 
 def _waits_alone(member: dict[str, Any], pair: list[dict[str, Any]]) -> bool:

@@ -116,11 +116,13 @@ def actor_table(ray: Any) -> list[dict[str, Any]]:
 
 def without_record(actors: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The actors of the records' Ray jobs that left no record: they ran without this plugin (a node without it, or
-    whose environment leaves it out). An actor is the job's when its Ray job is that of an actor that recorded; it left
-    a record when one names its actor id, or its address and pid. Actors that never got a process are not counted."""
+    whose environment leaves it out). An actor left a record when one names its actor id, or its address and pid (a
+    record written before its process became the actor, and not since: a short-lived actor killed by Ray within the
+    flusher's delay); it is the job's when its Ray job is that of an actor that left one. Actors that never got a
+    process are not counted."""
     recorded_ids = {r["actor_id"] for r in records if r.get("actor_id")}
     recorded_at = {(r.get("ip"), int(r.get("pid") or 0)) for r in records}
-    jobs = {a["job_id"] for a in actors if a["actor_id"] in recorded_ids}
+    jobs = {a["job_id"] for a in actors if a["actor_id"] in recorded_ids or (a["ip"], a["pid"]) in recorded_at}
     return [a for a in actors if a["job_id"] in jobs and a["pid"] and a["actor_id"] not in recorded_ids
             and (a["ip"], a["pid"]) not in recorded_at]
 
