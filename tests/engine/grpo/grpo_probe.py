@@ -78,6 +78,12 @@ TIME_CHECK = os.environ.get("GRPO_PROBE_TIME_ROUTE_CHECK")
 FAULT = os.environ.get("GRPO_PROBE_FAULT")
 BLOCK_ENGINE_WAKE = os.environ.get("GRPO_PROBE_BLOCK_ENGINE_WAKE")
 BLOCK_ROLLOUTER = os.environ.get("GRPO_PROBE_BLOCK_ROLLOUTER")
+for _name, _value in (("GRPO_PROBE_BLOCK_ENGINE_WAKE", BLOCK_ENGINE_WAKE),
+                      ("GRPO_PROBE_BLOCK_ROLLOUTER", BLOCK_ROLLOUTER)):
+    if _value is not None and not _value.isdigit():
+        raise ValueError(f"{_name}={_value!r}: expected a count (1, 2, ...)")
+if BLOCK_ENGINE_WAKE and not TOKENS:
+    raise ValueError("GRPO_PROBE_BLOCK_ENGINE_WAKE needs GRPO_PROBE_TOKENS (where the one blocked worker marks itself)")
 FAULTS = ("stall", "kill", "block")
 if FAULT is not None and FAULT not in FAULTS:
     raise ValueError(f"GRPO_PROBE_FAULT={FAULT!r}: expected one of {FAULTS}")
@@ -211,9 +217,9 @@ if BLOCK_ENGINE_WAKE:
 
         def wake_up_then_block(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = wake_up(self, *args, **kwargs)
-            if next(calls) == int(BLOCK_ENGINE_WAKE) and TOKENS:
+            if next(calls) == int(BLOCK_ENGINE_WAKE):
                 try:  # the first worker there, and no other
-                    os.close(os.open(os.path.join(TOKENS, "engine-blocked"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                    os.close(os.open(os.path.join(str(TOKENS), "engine-blocked"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 except FileExistsError:
                     return out
                 hold_in_native_code()
