@@ -126,6 +126,14 @@ def test_the_one_process_of_the_job_in_no_waiting_place_is_named_apart_even_alon
     worker = proc(10, "vllm-worker", None, "hold_in_native_code", "wake_up_then_block", "wake_up")
     assert [a["pid"] for a in apart([*idle, worker])] == [10]
     assert apart(idle) == [] and apart([*idle, rollouter, worker]) == []
+    # the fully-async job's ranks, message queue and checkpoint workers: their deepest thread in threading's own run
+    # (a C target), idle, beside the rollouter held in native code (CI's stuck/fully-async-starved cell)
+    threads = [{"pid": p, "role": "ray-worker", "actor_class": c, "host": "h", "threads": [
+        {"ident": 1, "current": True, "frames": [{"file": "/usr/lib/python3.11/threading.py", "line": 982,
+                                                  "func": "run"}, {"file": "threading.py", "line": 1045,
+                                                                   "func": "_bootstrap_inner"}]}]}
+        for p, c in ((11, "WorkerDict"), (12, "MessageQueue"), (13, "CheckpointEngineWorker"))]
+    assert [a["pid"] for a in apart([*idle, *threads, rollouter])] == [9]
 
 
 def proc(pid: int, role: str, actor_class: str | None, *funcs: str) -> dict:

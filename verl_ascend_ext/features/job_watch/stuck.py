@@ -117,9 +117,15 @@ WAITS = frozenset(("wait", "poll", "select", "get", "get_objects", "recv", "recv
 
 
 def _working(answer: dict[str, Any]) -> bool:
-    """Waiting in none of ``WAITS`` and in no collective: where its work stopped (or still working)."""
+    """Waiting in none of ``WAITS`` and in no collective: where its work stopped (or still working). A thread whose
+    innermost Python frame is ``threading.Thread.run`` runs a target written in C (an actor's event loop or pool
+    thread, measured in CI's fully-async stuck cell): it waits there."""
     place = where(answer, depth=1)
-    return bool(place) and str(place[0][2]) not in WAITS and not _in_collective(answer)
+    if not place:
+        return False
+    file, _, func = place[0]
+    idle_thread = func == "run" and str(file).endswith("threading.py")
+    return str(func) not in WAITS and not idle_thread and not _in_collective(answer)
 
 
 def _waits_alone(member: dict[str, Any], pair: list[dict[str, Any]]) -> bool:
