@@ -60,7 +60,10 @@ class NamespacedNode:
                                      stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL,
                                      start_new_session=True)
         self.init = self._child(self.proc.pid, 10.0)
-        self.ns = os.readlink(f"/proc/{self.init}/ns/pid")
+        ns = pid_namespace(self.init)
+        if ns is None:
+            raise RuntimeError(f"namespaced node {host}: its PID 1 (pid {self.init}) ended at once; see its log")
+        self.ns = ns
 
     @staticmethod
     def _child(pid: int, wait: float) -> int:
@@ -150,8 +153,6 @@ def _init(host: str, command: list[str]) -> int:
             pid, status = os.wait()
         except ChildProcessError:
             return 1
-        except InterruptedError:
-            continue
         if pid == child.pid:
             return os.waitstatus_to_exitcode(status)
 

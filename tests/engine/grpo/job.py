@@ -422,13 +422,6 @@ def node_namespace(status_dir: Path) -> str | None:
     return None
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def _overlay_searchpath(override: str, verl: str) -> str:
     """A recipe's ``hydra.searchpath`` names the installed verl's trainer config: for a job of the overlay's verl,
     the overlay's."""
