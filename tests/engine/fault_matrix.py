@@ -104,11 +104,11 @@ CELLS[STUCK_CELL] = replace(HYBRID, name="hybrid-stuck-block-rank1", faults={
 ENGINE_CELL = "stuck/engine-never-answers"
 CELLS[ENGINE_CELL] = replace(HYBRID, name="hybrid-stuck-engine-never-answers", steps=3,
                              faults={"GRPO_PROBE_BLOCK_ENGINE_WAKE": "5", **FLOOR})
-# the fully-async trainer starved of samples: the rollouter held in native code as it starts its 5th sample (step 3's
-# first: 2 prompts a step)
+# the fully-async trainer starved of samples: the rollouter held in native code as it starts its first sample once
+# step 1's checkpoint is whole
 STARVED_CELL = "stuck/fully-async-starved"
 CELLS[STARVED_CELL] = replace(FULLY_ASYNC, name="fully-async-stuck-starved",
-                              faults={"GRPO_PROBE_BLOCK_ROLLOUTER": "5", **FLOOR})
+                              faults={"GRPO_PROBE_BLOCK_ROLLOUTER": "1", **FLOOR})
 # each stuck cell: what the verdict must name apart (the process the fault held)
 STUCK_CELLS = {STUCK_CELL: "WorkerDict rank 1", ENGINE_CELL: "vllm-worker", STARVED_CELL: "FullyAsyncRollouter"}
 

@@ -66,6 +66,9 @@ class ProbeRunner:
 HOLD_DIR = os.environ.get("RAY_GATES_HOLD_DIR", "")  # case "hold": where ready.json / go are exchanged with the test
 BLOCK = os.environ.get("RAY_GATES_BLOCK", "") == "1"  # case "hold": the victim waits for ever in a native call
 VICTIM = os.environ.get("RAY_GATES_VICTIM", "")  # case "hold": "far": the victim on a node the runner is not on
+# case "hold": the runner holds a TCP connection to the victim while it waits and fails when the victim's end
+# closes, as a trainer's gloo collective fails on a lost peer ("Connection closed by peer")
+PEER = os.environ.get("RAY_GATES_PEER", "") == "1"
 HEAD = "node:__internal_head__"
 
 
@@ -84,6 +87,16 @@ class Holder:
     def describe(self) -> dict:
         return self.info
 
+    def listen(self) -> int:
+        """The port of a socket whose one connection this actor holds open while it lives (a collective's peer)."""
+        import socket
+        import threading
+
+        server = socket.create_server(("127.0.0.1", 0))
+        self.peers = []
+        threading.Thread(target=lambda: self.peers.append(server.accept()), daemon=True).start()
+        return server.getsockname()[1]
+
     def block(self) -> None:
         """Wait for ever in a native call that holds the GIL (as a rank stuck in C would)."""
         import ctypes
@@ -98,6 +111,7 @@ class HoldRunner:
     killed by the test on the head node), writes their pids to ready.json and waits for the test's ``go`` file."""
 
     def run(self, config) -> None:
+        import select
         import socket
         import time
 
@@ -129,9 +143,13 @@ class HoldRunner:
         from verl_ascend_ext.features.job_watch.patch_code import watching
         from verl_ascend_ext.features.job_watch.targets import WATCH_ID
 
+        peer = socket.create_connection(("127.0.0.1", ray.get(holders["victim"].listen.remote()))) if PEER else None
         deadline = time.monotonic() + 300
         with watching(WATCH_ID) if WATCH_GATE.read() else nullcontext():
             while not os.path.exists(os.path.join(HOLD_DIR, "go")) and time.monotonic() < deadline:
+                if peer is not None and select.select([peer], [], [], 0)[0] and not peer.recv(1):
+                    raise ConnectionError("Connection closed by peer (the victim's end of the runner's connection), "
+                                          "as gloo's collective on a lost peer")
                 time.sleep(0.2)
         with open(RESULT, "w") as f:
             json.dump([{"holders": info}], f)

@@ -45,8 +45,10 @@ Does nothing unless its variables are set:
   on it, the server on the EngineCore, the trainer on the server. One worker only (the first to create
   ``GRPO_PROBE_TOKENS/engine-blocked``).
 - ``GRPO_PROBE_BLOCK_ROLLOUTER=K``: the fully-async trainer starved of samples: verl's ``FullyAsyncRollouter`` holds
-  in a native call that keeps the GIL as it starts its K-th sample (``_process_single_sample_streaming``), for ever:
-  no sample reaches the message queue after it, the trainer waits for them.
+  in a native call that keeps the GIL, for ever, as it starts its first sample (``_process_single_sample_streaming``)
+  once the job's checkpoint of step K is whole (its tracker file in ``trainer.default_local_dir`` says K or later):
+  no sample reaches the message queue after it, the trainer waits for them (or for the rollouter's part of its
+  next save); step K's checkpoint stays the last whole one.
 - ``GRPO_PROBE_TIME_ROUTE_CHECK=DIR``: each call of the plugin's R3 route check
   (``routing.patch_code.check_routes_before_replay``, once per micro-batch on each actor rank) appends to
   ``DIR/<pid>.jsonl`` ``{"added": seconds}``: the call's time less verl's
@@ -63,6 +65,7 @@ import os
 import signal
 import time
 import uuid
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -235,10 +238,11 @@ if BLOCK_ROLLOUTER:
         # (what Ray pickles for the actor's process)
         rollouter = module.FullyAsyncRollouter.__ray_metadata__.modified_class
         process = rollouter._process_single_sample_streaming
-        calls = itertools.count(1)
 
         async def block_at_sample(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if next(calls) == int(BLOCK_ROLLOUTER):
+            tracker = Path(self.config.trainer.default_local_dir) / "latest_checkpointed_iteration.txt"
+            saved = tracker.read_text().strip() if tracker.exists() else ""
+            if saved.isdigit() and int(saved) >= int(BLOCK_ROLLOUTER):
                 hold_in_native_code()
             return await process(self, *args, **kwargs)
 

@@ -13,7 +13,10 @@ the node's rollout workers' new sleeps (first and newest of each), for the job's
 A lost node: a node whose watch answered once and then stopped answering for ``silence`` seconds
 (``VERL_ASCEND_EXT_JOB_WATCH_NODE_TIMEOUT``: the node gone, its network cut, its raylet or the watch's process
 killed or stopped), or whose watch Ray reports dead (the node marked dead by Ray's health checks, the actor's
-process killed: at once; Ray's "temporarily unavailable" is only a round without an answer). A watch that never
+process killed: at once; Ray's "temporarily unavailable" is only a round without an answer, except in the last
+round, taken when the trainer's ``fit`` fails: a node whose watch does not answer it while its raylet takes no TCP
+connection (``raylet_unreachable``) is lost then, dated when it was last heard; a lost node's peers often fail
+before its silence bound, as gloo does on a closed connection, and name only themselves). A watch that never
 answered within ``START_ALLOWANCE`` seconds of its start, or failed
 to start, is said at WARNING and not counted (that node is then not watched: the job goes on).
 
@@ -45,6 +48,7 @@ NODE_ROLE = "ray-node"
 # Ray's errors that may pass (an actor "temporarily unavailable": a network blip, a busy raylet): a round without an
 # answer, not the watch's end; Ray's ActorDiedError (the node marked dead, the process gone) ends it
 PASSING = ("ActorUnavailableError", "GetTimeoutError")
+RAYLET_CONNECT_TIMEOUT = 1.0  # s a node's raylet may take to accept a TCP connection in the last round
 WORKER_RESOURCES = ("CPU", "GPU", "NPU")  # what a node offers the job's workers (verl's pools ask for these)
 
 
@@ -105,6 +109,18 @@ class NodeWatch:
         self.watch.stop()
 
 
+def raylet_unreachable(node: dict[str, Any], timeout: float = RAYLET_CONNECT_TIMEOUT) -> str | None:
+    """Why the raylet of ``node`` (an entry of ``ray.nodes()``) takes no TCP connection, or None when it takes one.
+    A raylet that runs, however busy, takes one (its kernel accepts); a killed one refuses, a machine gone or cut off
+    does not answer within ``timeout``."""
+    address = (node.get("NodeManagerAddress") or "", int(node.get("NodeManagerPort") or 0))
+    try:
+        with socket.create_connection(address, timeout=timeout):
+            return None
+    except OSError as err:
+        return f"at {address[0]}:{address[1]} takes no connection ({type(err).__name__}: {err})"
+
+
 class FarWatches:
     """The trainer's side: a ``NodeWatch`` on every alive node that can take the job's workers, this node aside."""
 
@@ -129,10 +145,10 @@ class FarWatches:
         node = self.nodes[nid]
         return f"{node.get('NodeManagerAddress', '?')} (host {node.get('NodeManagerHostname', '?')}, node {nid[:8]})"
 
-    def hear(self) -> list[Loss]:
-        """One round: what each node's watch found since it started, and the nodes lost (see the module). Where Ray
-        itself refuses (this process's connection gone), the other nodes are said unwatched, once, and not asked
-        again."""
+    def hear(self, final: bool = False) -> list[Loss]:
+        """One round: what each node's watch found since it started, and the nodes lost (see the module; ``final``:
+        the last round, see ``last``). Where Ray itself refuses (this process's connection gone), the other nodes are
+        said unwatched, once, and not asked again."""
         if self.broken:
             return []
         ray = self.ray
@@ -149,15 +165,17 @@ class FarWatches:
             return []
         now = self.now()
         losses: list[Loss] = []
+        unanswered: list[tuple[str, str]] = []  # (node, how) with no answer this round
         for nid, ref in list(self.pending.items()):
             if ref in ready:
                 del self.pending[nid]
                 try:
                     answer = ray.get(ref)
                 except Exception as err:  # Ray's report of the actor's end: its process, its raylet, its node
-                    if type(err).__name__ in PASSING:  # no answer this round: the silence bound decides
-                        continue
                     first_line = (str(err).splitlines() or [""])[0][:200]
+                    if type(err).__name__ in PASSING:  # no answer this round: the silence bound decides
+                        unanswered.append((nid, f"{type(err).__name__}: {first_line}"))
+                        continue
                     losses += self._ended(nid, f"its job watch ended ({type(err).__name__}: {first_line})")
                     continue
                 self.heard[nid] = (now, time.time(), answer)
@@ -166,13 +184,21 @@ class FarWatches:
             elif nid in self.heard and now - self.heard[nid][0] > self.silence:
                 losses.append(self._node_lost(nid, f"silent for {now - self.heard[nid][0]:.0f} s: its job watch "
                                                    f"stopped answering (the bound is {self.silence:g} s)"))
+            elif final:
+                unanswered.append((nid, "no answer"))
             elif nid not in self.heard and now - self.began > START_ALLOWANCE:
                 self._not_watched(nid, f"its job watch did not answer within {START_ALLOWANCE:g} s of its start")
+        for nid, how in unanswered if final else ():
+            if nid in self.heard and nid not in self.lost and (refused := raylet_unreachable(self.nodes[nid])):
+                losses.append(self._node_lost(nid, f"its job watch gave no answer to the last round (taken as the "
+                                                   f"trainer's fit failed, {now - self.heard[nid][0]:.0f} s after "
+                                                   f"its last answer: {how}), and its raylet {refused}"))
         return losses
 
     def last(self, timeout: float) -> list[Loss]:
         """A last round that waits up to ``timeout`` seconds for every node's answer (``fit`` is ending by an
-        exception: what the nodes found before it is its likely cause)."""
+        exception: what the nodes found before it is its likely cause). A node whose watch does not answer it while
+        its raylet takes no connection is lost (see the module)."""
         if self.broken:
             return []
         try:
@@ -185,7 +211,7 @@ class FarWatches:
         except Exception as err:  # Ray refused: hear() says it and stops asking
             logger.warning("verl-ascend-ext: the job watch's last round on the other nodes failed: %s: %s",
                            type(err).__name__, err)
-        return self.hear()
+        return self.hear(final=True)
 
     def _ended(self, nid: str, why: str) -> list[Loss]:
         if nid in self.heard:
