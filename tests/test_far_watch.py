@@ -211,7 +211,7 @@ def test_a_whole_node_lost_at_once_ends_the_job_named_and_status_names_that_node
     driver, info, hold, log = held_job(c, dirs, tmp_path, RAY_GATES_PEER="1")
     try:
         runner_dir = node_dir(dirs, info["runner"])
-        lost = next(n for n in nodes if n.host != info["runner"]["host"])
+        lost = next(n for n in nodes if n.host == info["victim"]["host"])  # a namespaced node, not the runner's
         lost_dir = dirs[nodes.index(lost) + 1]
         (node_id,) = {w["node_id"][:8] for w in info.values() if w["host"] == lost.host}
         deadline = time.monotonic() + 120
@@ -233,3 +233,15 @@ def test_a_whole_node_lost_at_once_ends_the_job_named_and_status_names_that_node
     first = status_of(runner_dir)["outcome"]["first_failure"]
     assert first["role"].startswith(f"ray-node 127.0.0.1 node {node_id}"), first
     print(f"a whole namespaced node lost: the job ended {took:.1f} s later, named {first['role']!r}: {first['how']}")
+
+
+def test_a_raylet_that_takes_a_connection_is_reachable_and_a_closed_port_is_named() -> None:
+    """The last round's second witness (``far_nodes.raylet_unreachable``): a listening port, however busy its
+    process (it never accepts here: the kernel does), is reachable; a port nobody holds refuses, named."""
+    from verl_ascend_ext.features.job_watch.far_nodes import raylet_unreachable
+
+    with socket.create_server(("127.0.0.1", 0), backlog=1) as busy:
+        port = busy.getsockname()[1]
+        assert raylet_unreachable({"NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port}) is None
+    why = raylet_unreachable({"NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port})
+    assert why is not None and why.startswith(f"at 127.0.0.1:{port} takes no connection (ConnectionRefusedError"), why

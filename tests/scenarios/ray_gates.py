@@ -124,9 +124,10 @@ class HoldRunner:
         holders["overridden"] = Holder.options(scheduling_strategy=pin[1],
                                                runtime_env={"env_vars": {GATE: "0"}}).remote()
         own = ray.get_runtime_context().get_node_id()
-        # the victim on the head node, or (RAY_GATES_VICTIM=far) on the first node this runner is not on
+        # the victim on the head node, or (RAY_GATES_VICTIM=far) on the first worker node (not the head) this runner
+        # is not on
         victim = pin[0] if VICTIM != "far" else next(
-            p for p, n in zip(pin, nodes, strict=True) if n["NodeID"] != own)
+            p for p, n in zip(pin, nodes, strict=True) if n["NodeID"] != own and HEAD not in n["Resources"])
         holders["victim"] = Holder.options(scheduling_strategy=victim).remote()
         info = {name: ray.get(h.describe.remote()) for name, h in holders.items()}
         info["runner"] = {"pid": os.getpid(), "host": socket.gethostname(), "node_id": own}
