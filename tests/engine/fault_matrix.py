@@ -18,9 +18,9 @@ whole and, with ``--resume``, resumes); the script exits 1 when any cell missed,
     $ENGINE_PY tests/engine/fault_matrix.py [--cells NAME,NAME] [--timeout S] [--workdir DIR] [--resume]
         [--doc docs/status.md]
 
-CI runs the cells that ride its jobs (``tests/engine``: actor rank 1 in hybrid mode, trainer rank 1 and the
-EngineCore in fully-async mode, the EngineCore in hybrid mode, a stalled rank, the route check over a whole
-step's corrupted routes, the EngineCore on the node the TaskRunner is not on of a job on two nodes). The two-node
+CI runs the cells that ride its jobs (``tests/engine``: actor rank 1 in hybrid mode, the EngineCore in fully-async
+mode, a stalled rank, the route check over a whole step's corrupted routes, the EngineCore on the node the
+TaskRunner is not on of a job on two nodes, ``stuck/block-rank1`` on the ``off`` job). The two-node
 cells (``two-nodes/...``, ``fully-async-two-nodes/...``: the trainer's ranks on the head, the rollout replica on the
 second node, as the recipe's trainer nodes and rollout nodes) fault the node that holds none of the training's
 driving actors (verl's TaskRunner; fully-async: its task runner and trainer), the second node in namespaces of its

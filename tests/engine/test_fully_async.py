@@ -8,8 +8,9 @@ counterpart of verl's HCCL checkpoint engine (``grpo/cpu_checkpoint_engine.py``,
 ``nccl``), a weight sync before training and after every trainer step, partial rollout with responses long enough
 that requests are still generating when the trainer syncs, a checkpoint each step:
 
-- ``fully-async``: verl 0.9.0, gate on; trainer rank 1 is killed (SIGKILL) once step 3's checkpoint is complete,
-  while step 4 runs: the job fails, and ``status`` names rank 1 first;
+- ``fully-async``: verl 0.9.0, gate on; the rollout's EngineCore is killed (SIGKILL) once step 3's checkpoint is
+  complete, while step 4 runs: the job fails within seconds, and ``status`` names the EngineCore first
+  (``test_job_watch.py``);
 - ``fully-async-resumed``: verl 0.9.1 (where every sync puts the rollout to sleep and wakes it in two parts: the
   GLM-5.2 wake-up fix acts there), resumed from the last checkpoint with the recipe's ``resume_mode=auto``.
 
@@ -83,7 +84,7 @@ def test_the_jobs_run_the_fully_async_recipes_overrides_but_those_left_out_for_a
 def test_fully_async_trains_with_a_sync_before_training_and_after_every_step(jobs: Jobs) -> None:
     done = jobs["fully-async"].as_planned()
     sent = syncs(done)
-    assert len(sent) >= 4, sent  # before training, after steps 1, 2 and 3 (then rank 1 was killed)
+    assert len(sent) >= 4, sent  # before training, after steps 1, 2 and 3 (then the EngineCore was killed)
     assert all(s["bytes"] > 700_000 for s in sent), sent  # the whole tiny model (26 tensors, 723 KB) each time
     steps = trained(done)
     assert sorted(steps)[:2] == [1, 2], done.explain()  # step k's metrics come on step k+1's line
@@ -155,15 +156,11 @@ def test_the_kv_barrier_stood_down_on_the_trainer_ranks_and_says_why(jobs: Jobs)
         assert "Stood down" in text and f"{BARRIER}: stood down: {NO_ROLLOUT}" in text, text
 
 
-def test_a_killed_trainer_rank_is_named_first_and_its_last_checkpoint_resumes(jobs: Jobs) -> None:
+def test_the_job_a_killed_engine_core_ended_resumes_from_its_last_checkpoint(jobs: Jobs) -> None:
+    """The EngineCore killed after step 3's checkpoint (its naming: test_job_watch.py): the resume on verl 0.9.1
+    carries on from that checkpoint and saves its own, whole."""
     done = jobs["fully-async"].as_planned()
-    report = done.status_json()
-    first = report["outcome"]["first_failure"]
-    killed = done.rank(1)
-    assert report["outcome"]["state"] == "failed" and report["exit_code"] == 1, report["outcome"]
-    assert (first["role"], first["pid"]) == ("ray-worker WorkerDict rank 1", killed["pid"]), first
-    assert first["how"].startswith("ended without a word"), first  # seen dead by the job's watch, or named by Ray
-    assert done.fault_to_end is not None and done.fault_to_end <= 30, done.explain()  # 44 s before the job watch
+    assert done.status_json()["outcome"]["first_failure"]["role"].startswith("engine-core"), done.explain()
     resumed = jobs["fully-async-resumed"].ok()
     steps = trained(resumed)
     assert steps and min(steps) > 3, resumed.explain()  # it carried on from step 3's checkpoint, not from scratch

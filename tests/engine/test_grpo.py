@@ -10,9 +10,11 @@ assertions below:
   its own assertions collected (steps 1-2 logged, step 3 saved), actor rank 1 is killed (SIGKILL) right after its
   weight update of step 3's end: the job fails, and ``verl-ascend status`` must name rank 1 as the process that
   failed first, without a word, and Ray's ``ActorDiedError`` as how the driver learnt it;
-- ``off``: verl 0.9.0, gate off, 2 steps, checkpoint at step 2 with one tensor deliberately left out of the
-  Hugging Face export (``grpo_probe``), so the export check must stop the save naming it (verl prints a
-  step's metrics after that step's save: step 1's are in the log, step 2's never are);
+- ``off``: verl 0.9.0, gate off, checkpoint at step 2; then actor rank 1 is held in a native call that keeps the
+  GIL right after its weight update of step 2's end (``grpo_probe``): nothing dies, rank 0 waits in the weight-sync
+  barrier's collective (its bound raised out of the way), and the job watch's stuck check (floor 10 s) must end the
+  job as stuck, recording every process's stacks with rank 1 apart (verl prints a step's metrics after that step's
+  weight sync: step 1's are in the log, step 2's never are);
 - ``resumed``: verl 0.9.1, gate on, resumed from the ``on`` job's last checkpoint (step 3, written before the
   kill), trains steps 4 and 5 and saves step 5 (the release where verl carries its own copies of our fixes: ours
   stand down there, and a 0.9.0 checkpoint resumed by 0.9.1 is the upgrade path users take); then actor rank 1
@@ -34,8 +36,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from grpo.job import CLI, GATE, Job
-from grpo.jobs import BARRIER_TIMEOUT, DROPPED, Jobs
+from grpo.job import CLI, GATE, TRACKER, Job
+from grpo.jobs import BARRIER_TIMEOUT, STUCK_FLOOR, Jobs
 from grpo.paths import MODEL
 from subprocesses import run_command
 
@@ -236,14 +238,38 @@ def test_gate_off_runs_nothing_of_the_glm52_set(jobs: Jobs) -> None:
             assert status_of(rec, patch) == "gate-off", (rec["role"], patch)
 
 
-# ---- 4. the export check stops a save that lost a tensor ----------------------------------------------------
+# ---- 4. a job that stops making progress ends as stuck, the blocked rank apart ------------------------------
 
-def test_a_tensor_missing_from_the_export_stops_the_save_naming_it(jobs: Jobs) -> None:
-    off = jobs["off"]
-    assert off.returncode != 0, off.explain()
-    assert "verl-ascend-ext export check" in off.log and DROPPED in off.log, off.explain()
-    report = json.loads(report_path_for(off.checkpoints / "global_step_2" / "actor" / "huggingface").read_text())
-    assert report["ok"] is False and DROPPED in json.dumps(report), report
+def test_a_rank_held_in_native_code_ends_the_job_as_stuck_naming_it_apart_with_every_process_stacks(
+        jobs: Jobs) -> None:
+    """The fault matrix's ``stuck/block-rank1`` riding the ``off`` job (issue 61's CI cell): within its bound (5x
+    the longest step so far, at least the floor) of the last step, exit 1 on ``JobStuck``; ``status`` shows the
+    stuck verdict first with every live process's stacks grouped, rank 1 apart in the probe's native wait; the
+    step-2 checkpoint, saved before the block, stays whole."""
+    off = jobs["off"].as_planned()
+    assert "JobStuck: this job made no progress for" in off.log, off.explain()
+    report = off.status_json()
+    outcome = report["outcome"]
+    stuck = outcome["stuck"]
+    assert report["exit_code"] == 1 and outcome["state"] == "failed" and stuck and stuck["mode"] == "error", outcome
+    assert stuck["bound_s"] >= STUCK_FLOOR and stuck["idle_s"] >= stuck["bound_s"], stuck
+    (driver,) = [p for p in report["processes"] if p.get("role") == "driver"]
+    ended = driver["ended"]["at"] - (stuck["at"] - stuck["idle_s"])  # from the last step's end to the driver's end
+    assert ended <= stuck["bound_s"] + 30, (ended, stuck)  # the watch looks every second; Ray's teardown after it
+    rank1 = off.rank(1)
+    (apart,) = stuck["apart"]
+    assert f"WorkerDict rank 1 (host {rank1['host']}, pid {rank1['pid']})" in apart, apart
+    assert "hold_in_native_code" in apart and "update_weights" in apart, apart
+    listed = " ".join(p for g in stuck["groups"] for p in g["processes"])
+    for role in ("WorkerDict rank 0", "TaskRunner", "vllm-worker", "engine-core"):  # every kind of the job's processes
+        assert role in listed, (role, stuck["groups"])
+    assert (off.checkpoints / TRACKER).read_text().strip() == "2", off.explain()
+    export = off.checkpoints / "global_step_2" / "actor" / "huggingface"
+    assert json.loads(report_path_for(export).read_text())["ok"] is True
+    text = off.status_text()
+    assert "Job: FAILED (STUCK)" in text and "apart from the rest:" in text, text
+    print(f"off: stuck {stuck['idle_s']:.0f} s (bound {stuck['bound_s']:.0f} s), ended {ended:.1f} s after the last "
+          f"step; apart: {apart}")
 
 
 # ---- 5. resumed (verl 0.9.1) --------------------------------------------------------------------------------

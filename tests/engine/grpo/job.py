@@ -316,12 +316,14 @@ def run(spec: JobSpec, directory: Path, before: Job | None = None, timeout: floa
             kill_job(None, marker)
     wall = time.monotonic() - started
     fault = None if killer is None or killer.killed is None else ended - killer.killed_at
+    text = log_path.read_text(errors="replace")
     if os.environ.get("CI_PHASE_LOG"):  # scripts/test.sh's table of phases (scripts/phases.py): each job's wall time
         phases = script_module("phases")
         after = "" if fault is None else f"; {spec.kill.partition('@')[0]} killed: the job ended {fault:.1f} s later"
+        stuck = re.search(r"JobStuck: this job made no progress for (\d+) s \(its bound: (\d+) s", text)
+        after += f"; JobStuck after {stuck[1]} s without progress (bound {stuck[2]} s)" if stuck else ""
         phases.add(os.environ["CI_PHASE_LOG"], f"{phases.INNER}training job {spec.name} (verl {spec.verl})", wall,
                    ("ok" if returncode == 0 else f"exit {returncode}") + after)
-    text = log_path.read_text(errors="replace")
     return Job(spec, directory, returncode, wall, text, parse_metrics(text), checkpoint_dir=checkpoints,
                killed=None if killer is None else killer.killed, killed_host=None if killer is None else killer.host,
                fault_to_end=fault, post_mortem=post_mortem)
