@@ -203,6 +203,37 @@ def test_a_job_without_progress_is_stuck_its_stacks_on_every_node_recorded_and_t
     assert "Job: FAILED (STUCK)" in shown and "apart from the rest:" in shown, shown
 
 
+def test_a_silent_node_whose_raylet_answers_is_not_named_lost_when_the_trainer_fails(cluster, tmp_path: Path) -> None:
+    """The last round's quiet side: a node whose watch is stopped (no answer) but whose raylet takes connections is
+    not named lost when the runner fails for another cause (its peer killed on that node), before the 30 s bound."""
+    c, dirs, nodes = cluster
+    driver, info, hold, log = held_job(c, dirs, tmp_path, RAY_GATES_PEER="1")
+    stopped = None
+    try:
+        victim = info["victim"]
+        victim_dir = node_dir(dirs, victim)
+        deadline = time.monotonic() + 120
+        while stopped is None:
+            assert time.monotonic() < deadline, "no NodeWatch actor recorded on the victim's node"
+            stopped = next((r for r in read_records(str(victim_dir))[0] if r.get("actor_class") == "NodeWatch"), None)
+            time.sleep(0.5)
+        time.sleep(3)  # its watch answers
+        os.kill(here(nodes, stopped), signal.SIGSTOP)
+        os.kill(here(nodes, victim), signal.SIGKILL)
+        killed = time.monotonic()
+        returncode = driver.wait(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        if stopped is not None:
+            os.kill(here(nodes, stopped), signal.SIGCONT)
+        end(driver, hold, log)
+    text = (tmp_path / "driver.log").read_text()
+    assert returncode == 1 and took < 25, (returncode, took, text[-4000:])  # the runner's error, not the bound
+    assert "gave no answer to the last round" not in text and "ray-node 127.0.0.1 node" not in text, text[-4000:]
+    first = status_of(node_dir(dirs, info["runner"]))["outcome"]["first_failure"]
+    assert not str(first["role"]).startswith("ray-node"), first
+
+
 def test_a_whole_node_lost_at_once_ends_the_job_named_and_status_names_that_node_first(cluster, tmp_path: Path) -> None:
     """Last in the module: it takes a node away. A namespaced node the runner is not on is lost at once, its PID 1
     killed (every process of it with it, raylet and watch included): no word from it, as from a machine that lost
