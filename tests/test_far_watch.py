@@ -19,6 +19,7 @@ and pids, so that no node's watch can see another's processes), the stand-in Tas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -87,6 +88,16 @@ def here(nodes: list[NamespacedNode], who: dict) -> int:
     found = node.outer(who["pid"])
     assert found is not None, f"{who} not found on {node.host}"
     return found
+
+
+def resume(nodes: list[NamespacedNode], who: dict) -> None:
+    """SIGCONT to the stopped process ``who`` if it still runs: the job's end may have killed it (Ray ends a job's
+    actors, stopped or not), and then there is nothing to resume."""
+    node = next((n for n in nodes if n.host == who["host"]), None)
+    pid = int(who["pid"]) if node is None else node.outer(who["pid"])
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):  # it may end between the lookup and the signal
+            os.kill(pid, signal.SIGCONT)
 
 
 def status_of(status_dir: Path) -> dict:
@@ -165,7 +176,7 @@ def test_a_node_whose_watch_stops_answering_is_lost_and_named(cluster, tmp_path:
         took = time.monotonic() - halted
     finally:
         if stopped is not None:
-            os.kill(here(nodes, stopped), signal.SIGCONT)
+            resume(nodes, stopped)
         end(driver, hold, log)
     text = (tmp_path / "driver.log").read_text()
     assert returncode == 1 and 5 <= took < 30, (returncode, took, text[-4000:])
@@ -225,7 +236,7 @@ def test_a_silent_node_whose_raylet_answers_is_not_named_lost_when_the_trainer_f
         took = time.monotonic() - killed
     finally:
         if stopped is not None:
-            os.kill(here(nodes, stopped), signal.SIGCONT)
+            resume(nodes, stopped)
         end(driver, hold, log)
     text = (tmp_path / "driver.log").read_text()
     assert returncode == 1 and took < 25, (returncode, took, text[-4000:])  # the runner's error, not the bound

@@ -37,6 +37,7 @@ from verl_ascend_ext.patching.engine import predict
 from verl_ascend_ext.patching.gates import DISABLE_ENV
 from verl_ascend_ext.patching.record import PatchRecord, PatchStatus, Status
 from verl_ascend_ext.patching.source import find_module_file, looking_in
+from verl_ascend_ext.runtime.records.store import DIR_ENV
 from verl_ascend_ext.testing import mutations
 from verl_ascend_ext.testing.releases import Release, link_copy
 from verl_ascend_ext.testing.subprocesses import last_json, run_command
@@ -214,8 +215,10 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
                    path: Sequence[str | os.PathLike[str]] = ()) -> ContractReport:
     """Check the contract of ``records`` on every one of ``releases`` that each concerns (module docstring).
 
-    ``work``: scratch directory (mutant copies, job files; default a temporary one). ``python``: the interpreter
-    of the in-process half (this one). ``env``: extra variables for those processes. ``prepare``:
+    ``work``: scratch directory (mutant copies, job files, the jobs' status directory; default a temporary one).
+    ``python``: the interpreter of the in-process half (this one). ``env``: extra variables for those processes
+    (their status directory is ``work/status`` unless ``env`` names one: doctor, which each mutant job runs, reads
+    the status directory, and the machine's own may hold any number of other jobs' records). ``prepare``:
     ``"module:function"`` called in each in-process job before the plugin boots, ``path`` added to ``sys.path``
     to find it (e.g. a test double of ``torch_npu`` for patch code that imports it on a machine without an NPU);
     a mapping gives them per distribution (``{"vllm-ascend": [...]}``: only that distribution's jobs call them).
@@ -226,6 +229,7 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
             return check_contract(records, releases, tmp, python=python, parallel=parallel, env=env,
                                   prepare=prepare, path=path)
     work = Path(work)
+    env = {DIR_ENV: str(work / "status"), **(env or {})}
     calls = prepare if isinstance(prepare, Mapping) else {None: prepare}
     failures: list[Failure] = []
     halves: dict[str, list[str]] = {r.id: [] for r in records}
@@ -306,7 +310,7 @@ def check_contract(records: Sequence[PatchRecord], releases: Sequence[Release], 
             warm.update(dict.fromkeys(call.partition(":")[0] for call in (*calls.get(None, ()),
                                                                           *calls.get(release.distribution, ()))))
             jobs += [{**job, "id": f"{i}/{job['id']}"} for job in release_jobs]
-        out = _run_jobs(jobs, list(warm), work, python, env or {}, [str(p) for p in path])
+        out = _run_jobs(jobs, list(warm), work, python, env, [str(p) for p in path])
         split: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in indices}
         for key, result in out.items():
             index, _, job_id = key.partition("/")
