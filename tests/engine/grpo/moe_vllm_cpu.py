@@ -29,8 +29,7 @@ that merely import it). No installed file is edited. Paths are in the installed 
 
 Test switches: ``MOE_PROBE_FORCE_TORCH_MOE=1`` makes ``check_grouped_gemm`` answer "no kernel", so an AMX machine
 runs the fallback a machine without AMX runs; ``ONEDNN_MAX_CPU_ISA`` set below AMX (CI's run as a CPU without
-AVX-512 BF16) makes it answer as on a CPU without AMX (the kernel's "vec" ISA: vLLM reads the CPU's flags, and its
-AMX kernel without oneDNN's AMX set-up dies with SIGILL, measured);
+AVX-512 BF16) makes it answer as on a CPU without AMX (``cpu_isa_cap``, imported here: the kernel's "vec" ISA);
 ``MOE_PROBE_DIR=DIR``: each ``CPUFusedMOE`` built writes which path it
 took to ``DIR/vllm-moe-<pid>.jsonl``.
 
@@ -49,14 +48,11 @@ from typing import Any
 
 import fingerprints
 import wrapt
+from cpu_isa_cap import NO_AMX
 
 CAPTURE = os.environ.get("MOE_PROBE_VLLM_CAPTURE", "1") == "1"
 SILU = os.environ.get("MOE_PROBE_VLLM_SILU", "1") == "1"
 FORCE_TORCH = os.environ.get("MOE_PROBE_FORCE_TORCH_MOE") == "1"
-# oneDNN capped below AMX (CI's run as a CPU without AVX-512 BF16 takes it): vLLM's own kernel choice follows, as on
-# such a CPU (its check reads the CPU's flags, and AMX code without oneDNN's AMX set-up dies with SIGILL)
-CAP = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-NO_AMX = bool(CAP) and CAP != "ALL" and "AMX" not in CAP
 PROBE_DIR = os.environ.get("MOE_PROBE_DIR")
 MODULE = "vllm.model_executor.layers.fused_moe.cpu_fused_moe"
 
@@ -137,16 +133,7 @@ def _on_cpu_fused_moe(module: types.ModuleType) -> None:
     def check_and_record(self: Any, layer: Any) -> tuple[bool, str]:
         if FORCE_TORCH:
             use, isa = False, "none"
-        elif NO_AMX:
-            import torch
-
-            amx = torch.cpu._is_amx_tile_supported
-            torch.cpu._is_amx_tile_supported = lambda: False  # the CPU the cap stands for has no AMX
-            try:
-                use, isa = check(self, layer)
-            finally:
-                torch.cpu._is_amx_tile_supported = amx
-        else:
+        else:  # under CI's oneDNN cap vLLM's AMX check answers as on a CPU without AMX (cpu_isa_cap)
             use, isa = check(self, layer)
         _record({"path": "grouped_gemm" if use else "torch", "isa": isa, "forced": FORCE_TORCH, "no_amx": NO_AMX,
                  "dtype": str(layer.w13_weight.dtype), "w13": list(layer.w13_weight.shape),

@@ -35,6 +35,7 @@ import types
 from contextlib import contextmanager
 from typing import Any
 
+import cpu_isa_cap  # noqa: F401  (under CI's oneDNN cap, vLLM-CPU sees a CPU without AMX)
 import torch
 import torch.distributed
 import wrapt

