@@ -182,8 +182,15 @@ class Job:
         return rows
 
     def explain(self) -> str:
+        """The job's end in words: its exit, its log's first error (a root cause the tail only points at, as vLLM's
+        "Engine core initialization failed. See root cause above") and the log's tail."""
+        tail = self.log[-6000:]
+        first = re.search(r"^.*(Traceback \(most recent call last\)|\bERROR\b).*$", self.log, re.MULTILINE)
+        cause = "" if first is None or first.start() >= len(self.log) - len(tail) else \
+            f"the log's first error (line {self.log.count(chr(10), 0, first.start()) + 1}):\n" \
+            f"{self.log[first.start():first.start() + 4000]}\n...\n"
         return f"job {self.name}: rc={self.returncode} after {self.wall:.0f} s; log {self.directory / 'job.log'}:\n" \
-               f"{self.log[-6000:]}"
+               f"{cause}{tail}"
 
 
 SYNC_ENTRY, FULLY_ASYNC_ENTRY = "verl.trainer.main_ppo", "verl.experimental.fully_async_policy.fully_async_main"
