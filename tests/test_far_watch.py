@@ -100,6 +100,18 @@ def resume(nodes: list[NamespacedNode], who: dict) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+def node_watch(where: list[Path], what: str) -> dict:
+    """The record of a ``NodeWatch`` actor in one of the status directories ``where``, waited for (120 s at most; its
+    node's watch starts with the job); ``what``: those directories, in the failure's words."""
+    deadline = time.monotonic() + 120
+    while True:
+        found = next((r for d in where for r in read_records(str(d))[0] if r.get("actor_class") == "NodeWatch"), None)
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, f"no NodeWatch actor recorded on {what}"
+        time.sleep(0.5)
+
+
 def status_of(status_dir: Path) -> dict:
     proc = run_command([CLI, "status", "--dir", status_dir, "--json"], driver_env(), check=False, cwd=REPO)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -161,13 +173,7 @@ def test_a_node_whose_watch_stops_answering_is_lost_and_named(cluster, tmp_path:
     stopped = None
     try:
         runner_dir = node_dir(dirs, info["runner"])
-        deadline = time.monotonic() + 120
-        while stopped is None and time.monotonic() < deadline:  # a far node's watch, once it answers
-            watches = [r for d in dirs if d != runner_dir for r in read_records(str(d))[0]
-                       if r.get("actor_class") == "NodeWatch"]
-            stopped = watches[0] if watches else None
-            time.sleep(0.5)
-        assert stopped is not None, "no NodeWatch actor recorded on another node"
+        stopped = node_watch([d for d in dirs if d != runner_dir], "another node")  # a far node's watch
         time.sleep(3)
         stopped_here = here(nodes, stopped)
         os.kill(stopped_here, signal.SIGSTOP)
@@ -222,12 +228,7 @@ def test_a_silent_node_whose_raylet_answers_is_not_named_lost_when_the_trainer_f
     stopped = None
     try:
         victim = info["victim"]
-        victim_dir = node_dir(dirs, victim)
-        deadline = time.monotonic() + 120
-        while stopped is None:
-            assert time.monotonic() < deadline, "no NodeWatch actor recorded on the victim's node"
-            stopped = next((r for r in read_records(str(victim_dir))[0] if r.get("actor_class") == "NodeWatch"), None)
-            time.sleep(0.5)
+        stopped = node_watch([node_dir(dirs, victim)], "the victim's node")
         time.sleep(3)  # its watch answers
         os.kill(here(nodes, stopped), signal.SIGSTOP)
         os.kill(here(nodes, victim), signal.SIGKILL)
@@ -256,10 +257,7 @@ def test_a_whole_node_lost_at_once_ends_the_job_named_and_status_names_that_node
         lost = next(n for n in nodes if n.host == info["victim"]["host"])  # a namespaced node, not the runner's
         lost_dir = dirs[nodes.index(lost) + 1]
         (node_id,) = {w["node_id"][:8] for w in info.values() if w["host"] == lost.host}
-        deadline = time.monotonic() + 120
-        while not any(r.get("actor_class") == "NodeWatch" for r in read_records(str(lost_dir))[0]):
-            assert time.monotonic() < deadline, "no NodeWatch actor recorded on the node to lose"
-            time.sleep(0.5)
+        node_watch([lost_dir], "the node to lose")
         time.sleep(3)  # its watch answers
         lost.kill()
         killed = time.monotonic()
