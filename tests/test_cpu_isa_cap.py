@@ -13,7 +13,6 @@ import json
 import torch
 real = torch.cpu._is_amx_tile_supported
 import cpu_isa_cap
-import torch
 print(json.dumps({"answer": torch.cpu._is_amx_tile_supported(), "patched": torch.cpu._is_amx_tile_supported is not real,
                   "no_amx": cpu_isa_cap.NO_AMX}))
 """

@@ -79,22 +79,24 @@ def node_dir(dirs: list[Path], who: dict) -> Path:
     return found
 
 
-def here(nodes: list[NamespacedNode], who: dict) -> int:
-    """The pid, in this namespace, of the process ``who`` (``host``, ``pid``): on a namespaced node, mapped; on the
-    head (this machine's own host), its own."""
+def outer_pid(nodes: list[NamespacedNode], who: dict) -> int | None:
+    """The pid, in this namespace, of the process ``who`` (``host``, ``pid``): on a namespaced node, mapped (None when
+    it no longer runs there); on the head (this machine's own host), its own."""
     node = next((n for n in nodes if n.host == who["host"]), None)
-    if node is None:
-        return int(who["pid"])
-    found = node.outer(who["pid"])
-    assert found is not None, f"{who} not found on {node.host}"
+    return int(who["pid"]) if node is None else node.outer(who["pid"])
+
+
+def here(nodes: list[NamespacedNode], who: dict) -> int:
+    """``outer_pid`` of a process that must still run."""
+    found = outer_pid(nodes, who)
+    assert found is not None, f"{who} not found on {who['host']}"
     return found
 
 
 def resume(nodes: list[NamespacedNode], who: dict) -> None:
     """SIGCONT to the stopped process ``who`` if it still runs: the job's end may have killed it (Ray ends a job's
     actors, stopped or not), and then there is nothing to resume."""
-    node = next((n for n in nodes if n.host == who["host"]), None)
-    pid = int(who["pid"]) if node is None else node.outer(who["pid"])
+    pid = outer_pid(nodes, who)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):  # it may end between the lookup and the signal
             os.kill(pid, signal.SIGCONT)
