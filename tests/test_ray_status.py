@@ -35,6 +35,13 @@ def cluster():
 
 STALL = 300.0  # seconds with no sign of progress (the driver's log, a record written) before a start counts as hung
 CEILING = 1800.0  # seconds in all: a start that keeps moving is waited for (a loaded 2-core machine took > 240 s)
+# A lost process ends a held job: the watch's own part (the death seen, dated in the records) is bounded tightly,
+# SEEN (its looks and the trainer's come each second; a busy machine x3); the job's end as a test sees it (the
+# driver's exit) loosely, JOB_END: it adds the trainer's last round and gathering (2 s, and up to 10 s for a node
+# that does not answer) and Ray ending the driver, 3 s on an idle 2-core machine and 15 s on a busy one (a landing
+# run beside a training job: test_far_watch.py's silent node took 30 s in all there, ~15 s idle).
+SEEN = 10.0
+JOB_END = 60.0
 
 
 def progress(*paths: Path) -> float:
@@ -153,7 +160,7 @@ def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster
         stalled = driver.poll()
         os.kill(victim, signal.SIGCONT)
         assert stalled is None, (tmp_path / "driver.log").read_text()[-4000:]
-        killed = time.monotonic()
+        killed, killed_at = time.monotonic(), time.time()
         os.kill(victim, signal.SIGKILL)
         returncode = driver.wait(timeout=120)
         took = time.monotonic() - killed
@@ -162,7 +169,7 @@ def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster
         driver.wait(timeout=240)
         log.close()
     text = (tmp_path / "driver.log").read_text()
-    assert returncode == 1 and took < 30, (returncode, took, text[-4000:])
+    assert returncode == 1 and took < JOB_END, (returncode, took, text[-4000:])
     lost = (f"JobProcessLost: a process of this job was lost while it trained: ray-worker Holder (host "
             f"{info['victim']['host']}, pid {victim}) ended without a word")
     assert lost in text, text[-4000:]
@@ -173,6 +180,7 @@ def test_a_worker_killed_mid_job_ends_the_job_within_seconds_named_first(cluster
     first = result["first_failure"]
     assert result["state"] == "failed" and first["pid"] == victim, result
     assert first["how"] == f"ended without a word, seen dead by the job watch of pid {info['runner']['pid']}", first
+    assert 0 <= first["at"] - killed_at < SEEN, (first["at"] - killed_at, first)  # the watch's own part: seconds
     (runner,) = [p for p in report["processes"] if p["pid"] == info["runner"]["pid"]]
     assert (runner["ended"]["how"], runner["ended"]["error"][0]["type"]) == ("exit", "JobProcessLost"), runner
 
