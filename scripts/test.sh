@@ -17,7 +17,7 @@ print_phases() {
   [ "${#BACKGROUND[@]}" -eq 0 ] || wait "${BACKGROUND[@]}" 2>/dev/null || true  # their rc was read, or the run failed
   echo
   python3 "$SCRIPTS/phases.py" print "$PHASES" "$SECONDS"  # the table's format: scripts/phases.py
-  rm -f "$PHASES" "$PHASES".engine-* "$PHASES".engines "$PHASES".jobs "$PHASES".beside.* "$PHASES".queue*
+  rm -f "$PHASES" "$PHASES".engine-* "$PHASES".engines
   exit "$rc"
 }
 trap print_phases EXIT
@@ -95,35 +95,14 @@ verl091_tests() {  # verl091_tests NAME [PYTEST ARGS...]
 # carries every VERL_ASCEND_EXT_* variable of a driver to its Ray workers, as the verl tests check. The jobs' and
 # the engines' output is printed when all are done.
 ENGINES=(tests/engine/test_engine.py tests/engine/test_later_vllm.py tests/engine/test_moe_routes.py)
-# verl 0.9.0 modules that run beside the training jobs too, after the engines and the verl 0.9.1 tests, instead of
-# in the verl 0.9.0 phase before them: the jobs leave most of a core idle for their last ~15 min (measured,
-# docs/benchmarks.md). Each module is a pytest run of its own (its fixtures unchanged), taken from a queue, longest
-# first, by whichever of two slots is free (beside_slot): one from the end of the verl 0.9.1 tests, the other from
-# the end of the jobs, on the core they leave (the jobs used to end 100-150 s before the modules, a core idle).
-# Longest first, as measured on a new 2-core machine (2fd2ac6): 389, 133, 123, 101, 71, 27 and 9 s.
-BESIDE=(tests/test_far_watch.py tests/test_ray_status.py tests/test_selftest.py tests/test_cluster_check.py
-        tests/test_contract.py tests/test_sleep_trend.py tests/test_stacks.py)
-# shellcheck disable=SC2329  # run by beside_slot
-take_module() {  # take_module QUEUE: print QUEUE's first line and remove it, under a lock; fail when it is empty
-  ( flock 9
-    module="$(head -n 1 "$1")"
-    [ -n "$module" ] || exit 1
-    sed -i 1d "$1"
-    echo "$module" ) 9>"$1.lock"
-}
-# shellcheck disable=SC2329  # run by engine_tier
-beside_slot() {  # beside_slot QUEUE: run the modules taken from QUEUE until it is empty, each in this process
-  # (TEST_WORKERS=0), its output in $PHASES.beside.NAME, its row in the table
-  local module rc=0
-  while module="$(take_module "$1")"; do
-    TEST_WORKERS=0 phase "  pytest: ${module#tests/} (beside the jobs)" run_phase "not verl091" "$module" \
-      > "$PHASES.beside.${module##*/}" 2>&1 || rc=$?
-  done
-  return "$rc"
-}
+# verl 0.9.0 modules that run beside the training jobs too, after the engines and the verl 0.9.1 tests (one
+# pytest-xdist worker), instead of in the verl 0.9.0 phase before them: the jobs leave most of a core idle for their
+# last ~15 min (measured, docs/benchmarks.md). Each module is whole there (its fixtures unchanged).
+BESIDE=(tests/test_ray_status.py tests/test_far_watch.py tests/test_cluster_check.py tests/test_contract.py
+        tests/test_selftest.py tests/test_sleep_trend.py tests/test_stacks.py)
 # shellcheck disable=SC2329  # run through phase
 engine_tier() {
-  local rc=0 engines jobs slot module
+  local rc=0 engines jobs
   VERL_ASCEND_EXT_VLLM_LATER_PY="$LATER_PY" phase "  pytest: ${ENGINES[*]#tests/engine/} (beside the jobs)" \
     "$ENGINE_PY" -m pytest -q --durations=15 -p no:cacheprovider "${ENGINES[@]}" > "$PHASES.engines" 2>&1 &
   engines=$!
@@ -132,25 +111,13 @@ engine_tier() {
   jobs=$!
   wait "$engines" || rc=$?
   TEST_WORKERS=1 verl091_tests "  pytest: verl 0.9.1 (beside the jobs, 1 worker)" || rc=$?
-  printf '%s\n' "${BESIDE[@]}" > "$PHASES.queue"
-  beside_slot "$PHASES.queue" &
-  slot=$!
+  TEST_WORKERS=1 phase "  pytest: verl 0.9.0, ${#BESIDE[@]} modules (beside the jobs, 1 worker)" \
+    run_phase "not verl091" "${BESIDE[@]}" || rc=$?
   wait "$jobs" || rc=$?
-  beside_slot "$PHASES.queue" || rc=$?  # on the core the jobs leave
-  wait "$slot" || rc=$?
   echo "---- ${ENGINES[*]} (ran beside the training jobs) ----"
   cat "$PHASES.engines"
   echo "---- the training jobs (the rest of tests/engine) ----"
   cat "$PHASES.jobs"
-  for module in "${BESIDE[@]}"; do
-    echo "---- $module (beside the jobs) ----"
-    if [ -f "$PHASES.beside.${module##*/}" ]; then
-      cat "$PHASES.beside.${module##*/}"
-    else  # the queue lost it: coverage missing, never a green run without it
-      echo "$module did not run (scripts/test.sh's queue of modules beside the jobs)"
-      rc=1
-    fi
-  done
   return "$rc"
 }
 status=0
