@@ -21,6 +21,9 @@ from raycluster import driver_env, three_nodes
 from repo import REPO
 from subprocesses import run_command
 
+from verl_ascend_ext.features.job_watch.far_nodes import GATHER_TIMEOUT
+from verl_ascend_ext.features.job_watch.patch_code import LAST_LOOK_WAIT
+
 pytestmark = pytest.mark.long_module  # a 3-node Ray cluster and a running job (~25 s)
 SCENARIO = str(REPO / "tests" / "scenarios" / "ray_gates.py")
 CLI = str(Path(sys.executable).with_name("verl-ascend"))
@@ -37,11 +40,12 @@ STALL = 300.0  # seconds with no sign of progress (the driver's log, a record wr
 CEILING = 1800.0  # seconds in all: a start that keeps moving is waited for (a loaded 2-core machine took > 240 s)
 # A lost process ends a held job: the watch's own part (the death seen, dated in the records) is bounded tightly,
 # SEEN (its looks and the trainer's come each second; a busy machine x3); the job's end as a test sees it (the
-# driver's exit) loosely, JOB_END: it adds the trainer's last round and gathering (2 s, and up to 10 s for a node
-# that does not answer) and Ray ending the driver, 3 s on an idle 2-core machine and 15 s on a busy one (a landing
-# run beside a training job: test_far_watch.py's silent node took 30 s in all there, ~15 s idle).
+# driver's exit) loosely, JOB_END: the trainer's last round and gathering (the job watch's own bounds) and Ray
+# ending the driver, RAY_ENDS_DRIVER: 3 s on an idle 2-core machine, 15 s on a busy one (a landing run beside a
+# training job, where test_far_watch.py's silent node took 30 s in all, ~15 s idle), x3.
 SEEN = 10.0
-JOB_END = 60.0
+RAY_ENDS_DRIVER = 45.0
+JOB_END = LAST_LOOK_WAIT + GATHER_TIMEOUT + RAY_ENDS_DRIVER
 
 
 def progress(*paths: Path) -> float:
